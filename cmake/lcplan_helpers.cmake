@@ -1,0 +1,31 @@
+# Small helpers shared by every folder's CMakeLists.txt.
+
+# lcplan_test(NAME <name> SOURCES <files...> LIBS <targets...> [MPI_NP <n>] [LABELS <labels...>])
+# A GoogleTest binary registered with CTest; with MPI_NP it runs under mpirun (root-safe, oversubscribed).
+function(lcplan_test)
+  cmake_parse_arguments(T "" "NAME;MPI_NP" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${T_NAME} PRIVATE LCPLAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  if(T_MPI_NP)
+    add_test(NAME ${T_NAME}
+             COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${T_MPI_NP}
+                     $<TARGET_FILE:${T_NAME}>)
+    set_tests_properties(${T_NAME} PROPERTIES LABELS "mpi;${T_LABELS}" TIMEOUT 300)
+  else()
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 300)
+  endif()
+  set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "LCPLAN_DATA_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()
+
+# lcplan_bench(NAME <name> SOURCES <files...> LIBS <targets...>)
+function(lcplan_bench)
+  if(NOT LCPLAN_BENCH)
+    return()
+  endif()
+  cmake_parse_arguments(B "" "NAME" "SOURCES;LIBS" ${ARGN})
+  add_executable(${B_NAME} ${B_SOURCES})
+  target_link_libraries(${B_NAME} PRIVATE ${B_LIBS} benchmark::benchmark)
+  target_compile_definitions(${B_NAME} PRIVATE LCPLAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+endfunction()
