@@ -1,0 +1,40 @@
+// lcplan estimate: memory and time of one plan, term by term.
+#include <cstdio>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/plan_flags.h"
+#include "estimator/estimate.h"
+#include "estimator/plan_rules.h"
+#include "models/json_file.h"
+
+namespace lcplan::cli {
+
+namespace {
+struct EstimateArgs {
+  PlanFlags plan;
+  bool json = false;
+  std::string out;
+};
+}  // namespace
+
+void register_estimate(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<EstimateArgs>();
+  auto* cmd = app.add_subcommand("estimate", "per-GPU peak memory (per stage, term by term) and step time of one plan");
+  add_plan_flags(cmd, args->plan);
+  cmd->add_flag("--json", args->json, "print the estimate record as JSON");
+  cmd->add_option("--out", args->out, "also write the estimate record (JSON) to this file");
+  cmd->callback([args, &exit_code]() {
+    Plan plan = plan_from_flags(args->plan, /*allow_lists=*/false);
+    const Inputs in = load_inputs(plan, args->plan.calibration);
+    require_valid_plan(in.model, plan);
+    const Estimate e = estimate(in.model, plan, in.hardware, in.calibration);
+    const std::string record = estimate_to_json(e, plan).dump(2) + "\n";
+    if (!args->out.empty()) write_file_atomic(args->out, record);
+    if (args->json) std::fputs(record.c_str(), stdout);
+    else std::fputs(estimate_table(e, plan, in.model, in.hardware).c_str(), stdout);
+    exit_code = 0;
+  });
+}
+
+}  // namespace lcplan::cli

@@ -1,0 +1,16 @@
+// Each subcommand registers itself on the app; its callback sets exit_code. UserError escapes to main.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace lcplan::cli {
+
+void register_models(CLI::App& app, int& exit_code);
+void register_estimate(CLI::App& app, int& exit_code);
+void register_search(CLI::App& app, int& exit_code);
+
+}  // namespace lcplan::cli
+
+namespace lcplan {
+void register_calibrate(CLI::App& app, int& exit_code);  // cli/cmd_calibrate.cpp
+}

@@ -1,0 +1,161 @@
+#include "cli/plan_flags.h"
+
+#include <cmath>
+
+#include "models/json_file.h"
+#include "models/user_error.h"
+
+namespace lcplan::cli {
+
+void add_plan_flags(CLI::App* c, PlanFlags& f) {
+  c->add_option("--plan", f.plan_file, "recipe.json to start from (flags override its values)");
+  c->add_option("--model", f.model, "zoo name (see `lcplan models`) or path to a Hugging Face config.json");
+  c->add_option("--hardware", f.hardware, "hardware profile (data/hardware: h100-sxm-80gb, h800, h200, a100-sxm-80gb, b200, gb200-nvl72) or JSON path");
+  c->add_option("--gpus", f.gpus, "total GPUs");
+  c->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node / NVLink domain (default: the hardware profile's)");
+  c->add_option("--seq", f.seq, "sequence length in tokens (131072, 128k, 1M)");
+  c->add_option("--micro-batch", f.micro_batch, "sequences per microbatch");
+  c->add_option("--global-batch", f.global_batch, "sequences per step (default: micro batch x dp x pp)");
+  c->add_option("--precision", f.precision, "bf16 or fp8");
+  c->add_option("--tp", f.tp, "tensor parallel size");
+  c->add_option("--pp", f.pp, "pipeline parallel size");
+  c->add_option("--vpp", f.vpp, "virtual pipeline stages per rank");
+  c->add_option("--cp", f.cp, "context parallel size");
+  c->add_option("--ep", f.ep, "expert parallel size");
+  c->add_option("--etp", f.etp, "expert tensor parallel size");
+  c->add_flag("--no-sequence-parallel", f.no_sp, "disable Megatron sequence parallelism (tp > 1)");
+  c->add_option("--optimizer-sharding", f.optimizer_sharding, "none, dist_opt (ZeRO-1) or fsdp (ZeRO-3)");
+  c->add_flag("--fsdp", f.fsdp, "same as --optimizer-sharding fsdp");
+  c->add_flag("--dist-opt", f.dist_opt, "same as --optimizer-sharding dist_opt");
+  c->add_option("--recompute", f.recompute, "none, selective or full");
+  c->add_option("--recompute-layers", f.recompute_layers, "full recompute: layers per virtual stage recomputed (0 = all)");
+  c->add_flag("--offload-optimizer", f.offload_optimizer, "keep optimizer state in host memory");
+  c->add_flag("--offload-activations", f.offload_activations, "keep saved activations in host memory");
+  c->add_flag("--linear-ce", f.linear_ce_on, "stream the loss over the vocabulary instead of materializing logits");
+  c->add_flag("--no-linear-ce", f.linear_ce_off, "materialize the logits before the loss");
+  c->add_option("--ep-chunks", f.ep_chunks, "chunked EP overlap: chunks per MoE layer (1 = no chunking)");
+  c->add_option("--routing-imbalance", f.routing_imbalance, "busiest rank's routed tokens over the mean (1 = balanced)");
+  c->add_option("--capacity-factor", f.capacity_factor, "token dropping capacity factor (0 = dropless)");
+  c->add_option("--implementation", f.implementation, "calibration profile: megatron, bumblebee or lcplan");
+  c->add_option("--calibration", f.calibration, "calibration JSON overriding the implementation's profile");
+}
+
+int parse_positive_int(const std::string& text, const std::string& flag) {
+  const std::string bad = flag + " \"" + text + "\" is not valid (expected a positive whole number)";
+  if (text.empty() || text.size() > 9) throw UserError(bad);
+  for (char ch : text)
+    if (ch < '0' || ch > '9') throw UserError(text[0] == '-' ? flag + " " + text + " must be positive" : bad);
+  const int v = std::stoi(text);
+  if (v < 1) throw UserError(flag + " = " + text + " must be at least 1");
+  return v;
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    out.push_back(parse_positive_int(text.substr(start, comma - start), flag));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+double parse_number(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(v))
+    throw UserError(flag + " \"" + text + "\" is not a number");
+  return v;
+}
+
+std::string optimizer_sharding_flag(const PlanFlags& f) {
+  std::string v = f.optimizer_sharding;
+  auto set = [&](const char* name, const char* flag) {
+    if (!v.empty() && v != name)
+      throw UserError(std::string(flag) + " contradicts --optimizer-sharding " + v + " (give one of them)");
+    v = name;
+  };
+  if (f.fsdp) set("fsdp", "--fsdp");
+  if (f.dist_opt) set("dist_opt", "--dist-opt");
+  return v;
+}
+
+namespace {
+
+int single(const std::string& text, const std::string& flag, bool allow_lists) {
+  const auto list = parse_int_list(text, flag);
+  if (list.size() != 1 && !allow_lists)
+    throw UserError(flag + " \"" + text + "\" gives several values; estimate takes one (use `lcplan search` to compare)");
+  return list.front();
+}
+
+}  // namespace
+
+Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
+  Plan p;
+  if (!f.plan_file.empty()) p = plan_from_json(read_json_file(f.plan_file, "plan file"));
+  if (!f.model.empty()) p.model = f.model;
+  if (!f.hardware.empty()) p.hardware = f.hardware;
+  if (!f.gpus.empty()) p.gpus = parse_positive_int(f.gpus, "--gpus");
+  if (!f.gpus_per_node.empty()) p.gpus_per_node = parse_positive_int(f.gpus_per_node, "--gpus-per-node");
+  if (!f.seq.empty()) p.seq_len = parse_size(f.seq, "--seq");
+  if (!f.global_batch.empty()) p.global_batch = parse_positive_int(f.global_batch, "--global-batch");
+  if (!f.precision.empty()) p.precision = parse_precision(f.precision);
+  if (!f.implementation.empty()) p.implementation = f.implementation;
+  // List-capable dimensions: take the first value; the search replaces them with its own choices.
+  if (!f.micro_batch.empty()) p.micro_batch = single(f.micro_batch, "--micro-batch", allow_lists);
+  if (!f.tp.empty()) p.parallel.tp = single(f.tp, "--tp", allow_lists);
+  if (!f.pp.empty()) p.parallel.pp = single(f.pp, "--pp", allow_lists);
+  if (!f.vpp.empty()) p.parallel.vpp = single(f.vpp, "--vpp", allow_lists);
+  if (!f.cp.empty()) p.parallel.cp = single(f.cp, "--cp", allow_lists);
+  if (!f.ep.empty()) p.parallel.ep = single(f.ep, "--ep", allow_lists);
+  if (!f.etp.empty()) p.parallel.etp = single(f.etp, "--etp", allow_lists);
+  if (!f.ep_chunks.empty()) p.moe.ep_chunks = single(f.ep_chunks, "--ep-chunks", allow_lists);
+  if (!f.recompute_layers.empty()) {
+    if (f.recompute_layers == "0") p.recompute_layers = 0;
+    else p.recompute_layers = single(f.recompute_layers, "--recompute-layers", allow_lists);
+  }
+  if (f.no_sp) p.sequence_parallel = false;
+  const std::string sharding = optimizer_sharding_flag(f);
+  if (!sharding.empty() && sharding.find(',') == std::string::npos) p.optimizer_sharding = parse_optimizer_sharding(sharding);
+  else if (!sharding.empty() && !allow_lists)
+    throw UserError("--optimizer-sharding \"" + sharding + "\" gives several values; estimate takes one");
+  if (!f.recompute.empty() && f.recompute.find(',') == std::string::npos) p.recompute = parse_recompute(f.recompute);
+  else if (!f.recompute.empty() && !allow_lists)
+    throw UserError("--recompute \"" + f.recompute + "\" gives several values; estimate takes one");
+  if (f.offload_optimizer) p.offload.optimizer = true;
+  if (f.offload_activations) p.offload.activations = true;
+  if (f.linear_ce_on && f.linear_ce_off) throw UserError("--linear-ce contradicts --no-linear-ce (give one of them)");
+  if (f.linear_ce_on) p.linear_ce = true;
+  if (f.linear_ce_off) p.linear_ce = false;
+  if (!f.routing_imbalance.empty()) p.moe.routing_imbalance = parse_number(f.routing_imbalance, "--routing-imbalance");
+  if (!f.capacity_factor.empty()) p.moe.capacity_factor = parse_number(f.capacity_factor, "--capacity-factor");
+  if (p.model.empty()) throw UserError("no model given (use --model NAME or --plan recipe.json; `lcplan models` lists the zoo)");
+  if (p.gpus == 0) throw UserError("no GPU count given (use --gpus N)");
+  if (p.seq_len == 0) throw UserError("no sequence length given (use --seq, e.g. --seq 128k)");
+  return p;
+}
+
+}  // namespace lcplan::cli
+
+#include "models/data_dir.h"
+#include "models/zoo.h"
+
+namespace lcplan::cli {
+
+Inputs load_inputs(Plan& plan, const std::string& calibration_override) {
+  const std::string dir = data_dir();
+  Inputs in{load_model(plan.model, dir), load_hardware(plan.hardware, dir),
+            load_calibration(calibration_override.empty() ? plan.implementation : calibration_override, dir)};
+  if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
+  return in;
+}
+
+}  // namespace lcplan::cli

@@ -1,0 +1,121 @@
+#include "estimator/estimate.h"
+
+#include <cstdio>
+#include <sstream>
+
+#include "estimator/rank_layout.h"
+
+namespace lcplan {
+
+Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal) {
+  Estimate e;
+  e.memory = estimate_memory(m, p, cal);
+  e.time = estimate_time(m, p, hw, cal);
+  e.capacity_bytes = hw.hbm_bytes;
+  e.fits = e.memory.peak_bytes <= e.capacity_bytes;
+  if (!e.fits) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "peak %.1f GiB on stage %d exceeds the %.1f GiB of %s", e.memory.peak_bytes / (1 << 30),
+                  e.memory.peak_stage, e.capacity_bytes / (1 << 30), hw.name.c_str());
+    e.warnings.emplace_back(buf);
+  }
+  if (p.parallel.tp > (p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node))
+    e.warnings.emplace_back("tp spans more than one node: tensor-parallel collectives cross the network");
+  if (p.precision == Precision::FP8 && hw.peak_fp8_flops <= hw.peak_bf16_flops)
+    e.warnings.emplace_back(hw.name + " has no FP8 tensor cores: fp8 runs at the bf16 rate");
+  return e;
+}
+
+namespace {
+
+nlohmann::json breakdown_json(const MemoryBreakdown& b) {
+  return {{"params", b.params},           {"grads", b.grads},         {"optimizer", b.optimizer},
+          {"fsdp_buffers", b.fsdp_buffers}, {"activations", b.activations}, {"logits", b.logits},
+          {"moe_buffers", b.moe_buffers}, {"workspace", b.workspace}, {"cuda_context", b.cuda_context},
+          {"fragmentation", b.fragmentation}};
+}
+
+}  // namespace
+
+nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : e.memory.stages)
+    stages.push_back({{"stage", s.stage},
+                      {"layers", s.layers},
+                      {"inflight_microbatches", s.inflight_microbatches},
+                      {"peak_bytes", s.peak_bytes},
+                      {"peak_phase", to_string(s.peak_phase)},
+                      {"breakdown", breakdown_json(s.breakdown)}});
+  const TimeBreakdown& t = e.time.breakdown;
+  nlohmann::json j;
+  j["plan"] = plan_to_json(p);
+  j["memory"] = {{"peak_bytes", e.memory.peak_bytes},
+                 {"peak_stage", e.memory.peak_stage},
+                 {"peak_phase", to_string(e.memory.peak_phase)},
+                 {"capacity_bytes", e.capacity_bytes},
+                 {"stages", stages}};
+  j["time"] = {{"step_seconds", e.time.step_seconds},
+               {"tflops_per_gpu", e.time.tflops_per_gpu},
+               {"mfu", e.time.mfu},
+               {"tokens_per_second_per_gpu", e.time.tokens_per_second_per_gpu},
+               {"model_flops_per_step", e.time.model_flops_per_step},
+               {"bottleneck", e.time.bottleneck},
+               {"breakdown",
+                {{"compute", t.compute},
+                 {"recompute", t.recompute},
+                 {"exposed_comm",
+                  {{"tp", t.exposed_comm.tp}, {"cp", t.exposed_comm.cp}, {"ep", t.exposed_comm.ep},
+                   {"pp", t.exposed_comm.pp}, {"dp_fsdp", t.exposed_comm.dp_fsdp}}},
+                 {"bubble", t.bubble},
+                 {"launch_overhead", t.launch_overhead},
+                 {"optimizer", t.optimizer}}}};
+  j["fits"] = e.fits;
+  j["warnings"] = e.warnings;
+  return j;
+}
+
+std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m, const Hardware& hw) {
+  constexpr double GiB = 1024.0 * 1024.0 * 1024.0, GB = 1e9;
+  std::ostringstream o;
+  char line[512];
+  const Parallel& q = p.parallel;
+  std::snprintf(line, sizeof line,
+                "%s on %d x %s, seq %lld, micro batch %d, global batch %d (%d microbatches)\n"
+                "tp %d  pp %d  vpp %d  cp %d  ep %d  etp %d  dp %d | %s | recompute %s%s | %s | ep_chunks %d | %s\n",
+                m.name.c_str(), p.gpus, hw.name.c_str(), static_cast<long long>(p.seq_len), p.micro_batch,
+                effective_global_batch(p), num_microbatches(p), q.tp, q.pp, q.vpp, q.cp, q.ep, q.etp, data_parallel(p),
+                to_string(p.optimizer_sharding), to_string(p.recompute),
+                p.recompute_layers > 0 ? (" (" + std::to_string(p.recompute_layers) + " layers)").c_str() : "",
+                p.linear_ce ? "linear CE" : "materialized logits", p.moe.ep_chunks, p.precision == Precision::FP8 ? "fp8" : "bf16");
+  o << line << "\nMemory per GPU (GiB), per pipeline stage at its peak phase\n";
+  std::snprintf(line, sizeof line, "%-6s %-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s | %7s %7s\n", "stage", "phase",
+                "params", "grads", "optim", "fsdp", "activ", "logits", "moe", "wkspc", "ctx", "frag", "GiB", "GB");
+  o << line;
+  for (const auto& s : e.memory.stages) {
+    const MemoryBreakdown& b = s.breakdown;
+    std::snprintf(line, sizeof line,
+                  "%-6d %-9s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f\n", s.stage,
+                  to_string(s.peak_phase), b.params / GiB, b.grads / GiB, b.optimizer / GiB, b.fsdp_buffers / GiB,
+                  b.activations / GiB, b.logits / GiB, b.moe_buffers / GiB, b.workspace / GiB, b.cuda_context / GiB,
+                  b.fragmentation / GiB, s.peak_bytes / GiB, s.peak_bytes / GB);
+    o << line;
+  }
+  std::snprintf(line, sizeof line, "peak: %.2f GiB (%.2f GB) on stage %d during %s; capacity %.2f GiB -> %s\n",
+                e.memory.peak_bytes / GiB, e.memory.peak_bytes / GB, e.memory.peak_stage,
+                to_string(e.memory.peak_phase), e.capacity_bytes / GiB, e.fits ? "FITS" : "DOES NOT FIT");
+  o << line;
+  const TimeEstimate& t = e.time;
+  const TimeBreakdown& b = t.breakdown;
+  std::snprintf(line, sizeof line,
+                "\nTime per step: %.3f s  |  %.1f TFLOP/s per GPU (model FLOPs)  |  MFU %.1f%%  |  %.0f tokens/s per GPU\n"
+                "  compute %.3f s, recompute %.3f s, bubble %.3f s, launch %.3f s, optimizer %.3f s\n"
+                "  exposed comm: tp %.3f s, cp %.3f s, ep %.3f s, pp %.3f s, dp/fsdp %.3f s  (bottleneck: %s)\n",
+                t.step_seconds, t.tflops_per_gpu, 100 * t.mfu, t.tokens_per_second_per_gpu, b.compute, b.recompute,
+                b.bubble, b.launch_overhead, b.optimizer, b.exposed_comm.tp, b.exposed_comm.cp, b.exposed_comm.ep,
+                b.exposed_comm.pp, b.exposed_comm.dp_fsdp, t.bottleneck.c_str());
+  o << line;
+  for (const auto& w : e.warnings) o << "warning: " << w << "\n";
+  return o.str();
+}
+
+}  // namespace lcplan

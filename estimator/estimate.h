@@ -1,0 +1,35 @@
+// One plan, end to end: memory + time + fits, as printed by `lcplan estimate` and returned by the search.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "estimator/calibration.h"
+#include "estimator/hardware.h"
+#include "estimator/memory_model.h"
+#include "estimator/plan.h"
+#include "estimator/time_model.h"
+#include "models/model_spec.h"
+
+namespace lcplan {
+
+struct Estimate {
+  MemoryEstimate memory;
+  TimeEstimate time;
+  double capacity_bytes = 0;  // hardware HBM
+  bool fits = false;          // peak_bytes <= capacity_bytes
+  std::vector<std::string> warnings;
+};
+
+// The plan must be valid (require_valid_plan); this is the only entry point the CLI and the search use.
+Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+
+// The design's record format (README "Estimate record").
+nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);
+
+// Human-readable report: per-stage memory breakdown (GiB and GB), peak, fits, time breakdown.
+std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m, const Hardware& hw);
+
+}  // namespace lcplan

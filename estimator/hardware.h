@@ -1,0 +1,29 @@
+// Hardware: one GPU type and its node (data/hardware/<name>.json, datasheet values with their source).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace lcplan {
+
+struct Hardware {
+  std::string name;
+  double hbm_bytes = 0;            // usable device memory
+  double hbm_bandwidth = 0;        // bytes/s
+  double peak_bf16_flops = 0;      // dense, FLOP/s
+  double peak_fp8_flops = 0;       // dense, FLOP/s
+  double nvlink_bandwidth = 0;     // bytes/s per GPU per direction inside the NVLink domain
+  double network_bandwidth = 0;    // bytes/s per GPU per direction across nodes
+  int gpus_per_node = 8;           // GPUs behind one NVLink domain (NVL72: 72)
+  std::string source;
+};
+
+// Throws UserError naming the field.
+Hardware hardware_from_json(const nlohmann::json& j, const std::string& name);
+// A profile name under <data_dir>/data/hardware or a path to a JSON file.
+Hardware load_hardware(const std::string& name_or_path, const std::string& data_dir);
+std::vector<std::string> hardware_names(const std::string& data_dir);
+
+}  // namespace lcplan

@@ -1,0 +1,213 @@
+#include "estimator/plan.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "models/user_error.h"
+
+namespace lcplan {
+
+int data_parallel(const Plan& p) {
+  const int model = p.parallel.tp * p.parallel.pp * p.parallel.cp;
+  return model > 0 ? p.gpus / model : 0;
+}
+
+int effective_global_batch(const Plan& p) {
+  if (p.global_batch > 0) return p.global_batch;
+  // Default: enough microbatches to fill the pipeline (pp per DP rank), the smallest batch without an oversized bubble.
+  return p.micro_batch * data_parallel(p) * p.parallel.pp;
+}
+
+int num_microbatches(const Plan& p) {
+  const int per_step = p.micro_batch * data_parallel(p);
+  return per_step > 0 ? effective_global_batch(p) / per_step : 0;
+}
+
+const char* to_string(Precision v) { return v == Precision::BF16 ? "bf16" : "fp8"; }
+const char* to_string(OptimizerSharding v) {
+  switch (v) {
+    case OptimizerSharding::None: return "none";
+    case OptimizerSharding::DistOpt: return "dist_opt";
+    case OptimizerSharding::Fsdp: return "fsdp";
+  }
+  return "?";
+}
+const char* to_string(Recompute v) {
+  switch (v) {
+    case Recompute::None: return "none";
+    case Recompute::Selective: return "selective";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+Precision parse_precision(const std::string& s) {
+  if (s == "bf16") return Precision::BF16;
+  if (s == "fp8") return Precision::FP8;
+  throw UserError("precision \"" + s + "\" is not valid (use bf16 or fp8)");
+}
+OptimizerSharding parse_optimizer_sharding(const std::string& s) {
+  if (s == "none") return OptimizerSharding::None;
+  if (s == "dist_opt") return OptimizerSharding::DistOpt;
+  if (s == "fsdp") return OptimizerSharding::Fsdp;
+  throw UserError("optimizer_sharding \"" + s + "\" is not valid (use none, dist_opt or fsdp)");
+}
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::None;
+  if (s == "selective") return Recompute::Selective;
+  if (s == "full") return Recompute::Full;
+  throw UserError("recompute \"" + s + "\" is not valid (use none, selective or full)");
+}
+
+int64_t parse_size(const std::string& text, const std::string& what) {
+  const std::string bad = what + " \"" + text + "\" is not a valid size (use a positive whole number of tokens, "
+                          "optionally with k/K or m/M, e.g. 131072, 128k, 1.5M)";
+  if (text.empty() || text.size() > 32) throw UserError(bad);
+  std::string num = text;
+  double mult = 1;
+  const char last = text.back();
+  if (last == 'k' || last == 'K') mult = 1024.0;
+  else if (last == 'm' || last == 'M') mult = 1024.0 * 1024.0;
+  else if (last == 'g' || last == 'G') mult = 1024.0 * 1024.0 * 1024.0;
+  if (mult != 1) num.pop_back();
+  if (num.empty()) throw UserError(bad);
+  int dots = 0;
+  for (char ch : num) {
+    if (ch == '.') ++dots;
+    else if (ch < '0' || ch > '9') throw UserError(bad);
+  }
+  if (dots > 1 || num.front() == '.' || num.back() == '.') throw UserError(bad);
+  const double v = std::stod(num) * mult;
+  if (!(v >= 1) || v > 1e15 || std::floor(v) != v) throw UserError(bad);
+  return static_cast<int64_t>(v);
+}
+
+namespace {
+
+void check_keys(const nlohmann::json& j, const std::set<std::string>& allowed, const std::string& where) {
+  if (!j.is_object()) throw UserError(where + " must be a JSON object");
+  for (const auto& [k, _] : j.items())
+    if (!allowed.count(k)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw UserError(where + " has unknown key \"" + k + "\" (valid keys: " + list + ")");
+    }
+}
+
+int get_int(const nlohmann::json& j, const char* key, const std::string& where, int fallback) {
+  if (!j.contains(key)) return fallback;
+  const auto& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int>::min() ||
+      v.get<int64_t>() > std::numeric_limits<int>::max())
+    throw UserError(where + "\"" + key + "\" must be an integer");
+  return static_cast<int>(v.get<int64_t>());
+}
+
+double get_double(const nlohmann::json& j, const char* key, const std::string& where, double fallback) {
+  if (!j.contains(key)) return fallback;
+  const auto& v = j.at(key);
+  if (!v.is_number()) throw UserError(where + "\"" + key + "\" must be a number");
+  return v.get<double>();
+}
+
+bool get_bool(const nlohmann::json& j, const char* key, const std::string& where, bool fallback) {
+  if (!j.contains(key)) return fallback;
+  const auto& v = j.at(key);
+  if (!v.is_boolean()) throw UserError(where + "\"" + key + "\" must be true or false");
+  return v.get<bool>();
+}
+
+std::string get_string(const nlohmann::json& j, const char* key, const std::string& where, const std::string& fallback) {
+  if (!j.contains(key)) return fallback;
+  const auto& v = j.at(key);
+  if (!v.is_string()) throw UserError(where + "\"" + key + "\" must be a string");
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& j) {
+  const std::string w = "plan: ";
+  check_keys(j,
+             {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
+              "parallel", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers", "offload",
+              "linear_ce", "moe", "implementation", "dp"},
+             "plan");
+  Plan p;
+  p.model = get_string(j, "model", w, "");
+  if (p.model.empty()) throw UserError("plan: \"model\" is missing (give a zoo name or a config.json path)");
+  p.hardware = get_string(j, "hardware", w, p.hardware);
+  p.gpus = get_int(j, "gpus", w, 0);
+  p.gpus_per_node = get_int(j, "gpus_per_node", w, 0);
+  if (j.contains("seq_len")) {
+    const auto& v = j.at("seq_len");
+    if (v.is_string()) p.seq_len = parse_size(v.get<std::string>(), "plan: \"seq_len\"");
+    else if (v.is_number_integer()) p.seq_len = v.get<int64_t>();
+    else throw UserError("plan: \"seq_len\" must be an integer or a size string such as \"128k\"");
+  }
+  p.micro_batch = get_int(j, "micro_batch", w, 1);
+  p.global_batch = get_int(j, "global_batch", w, 0);
+  p.precision = parse_precision(get_string(j, "precision", w, "bf16"));
+  if (j.contains("parallel")) {
+    const auto& par = j.at("parallel");
+    check_keys(par, {"tp", "pp", "vpp", "cp", "ep", "etp", "dp"}, "plan \"parallel\"");
+    const std::string pw = "plan: parallel.";
+    p.parallel.tp = get_int(par, "tp", pw, 1);
+    p.parallel.pp = get_int(par, "pp", pw, 1);
+    p.parallel.vpp = get_int(par, "vpp", pw, 1);
+    p.parallel.cp = get_int(par, "cp", pw, 1);
+    p.parallel.ep = get_int(par, "ep", pw, 1);
+    p.parallel.etp = get_int(par, "etp", pw, 1);
+  }
+  p.sequence_parallel = get_bool(j, "sequence_parallel", w, true);
+  p.optimizer_sharding = parse_optimizer_sharding(get_string(j, "optimizer_sharding", w, "dist_opt"));
+  p.recompute = parse_recompute(get_string(j, "recompute", w, "none"));
+  p.recompute_layers = get_int(j, "recompute_layers", w, 0);
+  if (j.contains("offload")) {
+    const auto& off = j.at("offload");
+    check_keys(off, {"optimizer", "activations"}, "plan \"offload\"");
+    p.offload.optimizer = get_bool(off, "optimizer", "plan: offload.", false);
+    p.offload.activations = get_bool(off, "activations", "plan: offload.", false);
+  }
+  p.linear_ce = get_bool(j, "linear_ce", w, false);
+  if (j.contains("moe")) {
+    const auto& m = j.at("moe");
+    check_keys(m, {"ep_chunks", "routing_imbalance", "capacity_factor"}, "plan \"moe\"");
+    p.moe.ep_chunks = get_int(m, "ep_chunks", "plan: moe.", 1);
+    p.moe.routing_imbalance = get_double(m, "routing_imbalance", "plan: moe.", 1.0);
+    p.moe.capacity_factor = get_double(m, "capacity_factor", "plan: moe.", 0.0);
+  }
+  p.implementation = get_string(j, "implementation", w, p.implementation);
+  // dp may be present in emitted recipes for the reader's benefit; it must agree with the derived value.
+  if (j.contains("dp") && (!j.at("dp").is_number_integer() || j.at("dp").get<int64_t>() != data_parallel(p)))
+    throw UserError("plan: \"dp\" is derived from gpus/(tp*pp*cp) = " + std::to_string(data_parallel(p)) +
+                    " and must not be given a different value");
+  return p;
+}
+
+nlohmann::json plan_to_json(const Plan& p) {
+  nlohmann::json j;
+  j["model"] = p.model;
+  j["hardware"] = p.hardware;
+  j["gpus"] = p.gpus;
+  if (p.gpus_per_node > 0) j["gpus_per_node"] = p.gpus_per_node;
+  j["seq_len"] = p.seq_len;
+  j["micro_batch"] = p.micro_batch;
+  j["global_batch"] = effective_global_batch(p);
+  j["precision"] = to_string(p.precision);
+  j["parallel"] = {{"tp", p.parallel.tp}, {"pp", p.parallel.pp}, {"vpp", p.parallel.vpp},
+                   {"cp", p.parallel.cp}, {"ep", p.parallel.ep}, {"etp", p.parallel.etp}};
+  j["sequence_parallel"] = p.sequence_parallel;
+  j["optimizer_sharding"] = to_string(p.optimizer_sharding);
+  j["recompute"] = to_string(p.recompute);
+  if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
+  j["offload"] = {{"optimizer", p.offload.optimizer}, {"activations", p.offload.activations}};
+  j["linear_ce"] = p.linear_ce;
+  j["moe"] = {{"ep_chunks", p.moe.ep_chunks}, {"routing_imbalance", p.moe.routing_imbalance},
+              {"capacity_factor", p.moe.capacity_factor}};
+  j["implementation"] = p.implementation;
+  return j;
+}
+
+}  // namespace lcplan

@@ -1,0 +1,75 @@
+// Plan: one parallel recipe (the recipe.json record). dp is derived, never given.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace lcplan {
+
+struct ModelSpec;
+
+enum class Precision : uint8_t { BF16, FP8 };
+enum class OptimizerSharding : uint8_t { None, DistOpt, Fsdp };
+enum class Recompute : uint8_t { None, Selective, Full };
+
+struct Parallel {
+  int tp = 1, pp = 1, vpp = 1, cp = 1, ep = 1, etp = 1;
+};
+
+struct Offload {
+  bool optimizer = false;
+  bool activations = false;
+};
+
+struct MoeOptions {
+  int ep_chunks = 1;               // chunked EP overlap: the MoE layer's tokens split into this many chunks
+  double routing_imbalance = 1.0;  // busiest rank's tokens / mean (1 = force-balanced routing)
+  double capacity_factor = 0;      // 0 = dropless; > 0 = token dropping at this capacity factor
+};
+
+struct Plan {
+  std::string model;                    // zoo name or config.json path
+  std::string hardware = "h100-sxm-80gb";
+  int gpus = 0;
+  int gpus_per_node = 0;                // 0 = the hardware profile's node size
+  int64_t seq_len = 0;                  // tokens per sequence
+  int micro_batch = 1;                  // sequences per microbatch
+  int global_batch = 0;                 // sequences per step; 0 = one microbatch per DP rank per pipeline slot (see README)
+  Precision precision = Precision::BF16;
+  Parallel parallel;
+  bool sequence_parallel = true;        // Megatron SP (only meaningful with tp > 1)
+  OptimizerSharding optimizer_sharding = OptimizerSharding::DistOpt;
+  Recompute recompute = Recompute::None;
+  int recompute_layers = 0;             // full recompute: layers per virtual stage recomputed (0 = all)
+  Offload offload;
+  bool linear_ce = false;
+  MoeOptions moe;
+  std::string implementation = "megatron";  // calibration profile name
+};
+
+// Derived sizes every consumer needs; computed once from a valid plan.
+int data_parallel(const Plan& p);           // gpus / (tp*pp*cp)
+int num_microbatches(const Plan& p);        // global_batch / (micro_batch * dp)
+int effective_global_batch(const Plan& p);  // global_batch, or the default when 0
+
+const char* to_string(Precision v);
+const char* to_string(OptimizerSharding v);
+const char* to_string(Recompute v);
+
+// Parsers for flag and JSON values; throw UserError naming the value and the valid choices.
+Precision parse_precision(const std::string& s);
+OptimizerSharding parse_optimizer_sharding(const std::string& s);
+Recompute parse_recompute(const std::string& s);
+
+// "128k" -> 131072, "1.5M" -> 1572864, "64K" -> 65536, "4096" -> 4096 (k = 1024, m = 1024^2, g = 1024^3).
+// Throws UserError for anything else (empty, negative, zero, fractional result, unknown suffix, overflow).
+int64_t parse_size(const std::string& text, const std::string& what);
+
+// recipe.json <-> Plan. Unknown keys and wrongly-typed values throw UserError naming the key.
+Plan plan_from_json(const nlohmann::json& j);
+nlohmann::json plan_to_json(const Plan& p);
+
+}  // namespace lcplan

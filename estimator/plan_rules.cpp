@@ -1,0 +1,148 @@
+#include "estimator/plan_rules.h"
+
+#include "models/user_error.h"
+
+namespace lcplan {
+
+const char* rule_name(Rule r) {
+  switch (r) {
+    case Rule::Positive: return "positive_sizes";
+    case Rule::GpusDivisible: return "gpus_divisible_by_tp_pp_cp";
+    case Rule::TpHeads: return "tp_divides_heads";
+    case Rule::CpLinearHeads: return "cp_divides_linear_attention_heads";
+    case Rule::EpExperts: return "ep_divides_experts";
+    case Rule::ExpertGroup: return "ep_etp_fit_stage_group";
+    case Rule::EtpFfn: return "etp_divides_expert_ffn";
+    case Rule::LayersSplit: return "layers_split_over_pp_vpp";
+    case Rule::VppNeedsPp: return "vpp_needs_pp";
+    case Rule::SeqDivisible: return "seq_divisible_for_cp_tp";
+    case Rule::BatchDivisible: return "global_batch_divisible";
+    case Rule::MoeChunks: return "ep_chunks_valid";
+    case Rule::MoeRouting: return "moe_routing_valid";
+    case Rule::RecomputeLayers: return "recompute_layers_valid";
+    case Rule::Count: break;
+  }
+  return "?";
+}
+
+namespace {
+
+bool has_kind(const ModelSpec& m, MixerKind k) {
+  for (const auto& l : m.layers)
+    if (l.mixer == k) return true;
+  return false;
+}
+bool has_moe(const ModelSpec& m) {
+  for (const auto& l : m.layers)
+    if (l.ffn == FfnKind::MoE) return true;
+  return false;
+}
+
+std::string divisors(long n, long cap = 1 << 20) {
+  std::string s;
+  for (long d = 1; d <= n && d <= cap; ++d)
+    if (n % d == 0) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return s;
+}
+
+std::optional<RuleViolation> fail(Rule r, std::string msg) { return RuleViolation{r, std::move(msg)}; }
+
+}  // namespace
+
+std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
+  const Parallel& q = p.parallel;
+  const std::pair<const char*, long> positives[] = {
+      {"gpus", p.gpus}, {"seq_len", static_cast<long>(p.seq_len)}, {"micro_batch", p.micro_batch},
+      {"tp", q.tp}, {"pp", q.pp}, {"vpp", q.vpp}, {"cp", q.cp}, {"ep", q.ep}, {"etp", q.etp}};
+  for (const auto& [name, v] : positives)
+    if (v < 1) return fail(Rule::Positive, std::string(name) + " = " + std::to_string(v) + " must be at least 1");
+  if (p.global_batch < 0) return fail(Rule::Positive, "global_batch = " + std::to_string(p.global_batch) + " must be positive (or 0 for the default)");
+  if (p.gpus_per_node < 0) return fail(Rule::Positive, "gpus_per_node = " + std::to_string(p.gpus_per_node) + " must be positive");
+
+  const long model_par = static_cast<long>(q.tp) * q.pp * q.cp;
+  if (p.gpus % model_par != 0)
+    return fail(Rule::GpusDivisible, "gpus = " + std::to_string(p.gpus) + " is not divisible by tp*pp*cp = " +
+                                         std::to_string(model_par));
+  const int dp = static_cast<int>(p.gpus / model_par);
+
+  auto heads_rule = [&](long heads, const char* what) -> std::optional<RuleViolation> {
+    if (heads > 0 && heads % q.tp != 0)
+      return fail(Rule::TpHeads, "tp = " + std::to_string(q.tp) + " does not divide the " + std::to_string(heads) + " " +
+                                     what + " (valid tp: " + divisors(heads) + ")");
+    return std::nullopt;
+  };
+  if (has_kind(m, MixerKind::FullAttention)) {
+    if (auto v = heads_rule(m.attn.heads, "attention heads")) return v;
+    if (auto v = heads_rule(m.attn.kv_heads, "KV heads")) return v;
+  }
+  if (has_kind(m, MixerKind::LinearAttention)) {
+    if (auto v = heads_rule(m.linear.key_heads, "linear-attention key heads")) return v;
+    if (auto v = heads_rule(m.linear.value_heads, "linear-attention value heads")) return v;
+    const long kh = m.linear.key_heads / q.tp;
+    if (kh % q.cp != 0)
+      return fail(Rule::CpLinearHeads, "cp = " + std::to_string(q.cp) + " does not divide the " + std::to_string(kh) +
+                                           " linear-attention key heads per TP rank (head-parallel CP needs valid cp: " +
+                                           divisors(kh) + ")");
+  }
+  if (has_kind(m, MixerKind::MLA))
+    if (auto v = heads_rule(m.mla.heads, "MLA heads")) return v;
+
+  const bool moe = has_moe(m);
+  if (!moe && q.ep > 1) return fail(Rule::EpExperts, "ep = " + std::to_string(q.ep) + " needs a MoE model (" + m.name + " is dense: use ep = 1)");
+  if (!moe && q.etp > 1) return fail(Rule::EpExperts, "etp = " + std::to_string(q.etp) + " needs a MoE model (" + m.name + " is dense: use etp = 1)");
+  if (moe && m.moe.num_experts % q.ep != 0)
+    return fail(Rule::EpExperts, "ep = " + std::to_string(q.ep) + " does not divide the " + std::to_string(m.moe.num_experts) +
+                                     " experts (valid ep: " + divisors(m.moe.num_experts, p.gpus) + ")");
+  const long stage_ranks = static_cast<long>(q.tp) * q.cp * dp;
+  if (stage_ranks % (static_cast<long>(q.ep) * q.etp) != 0)
+    return fail(Rule::ExpertGroup, "ep*etp = " + std::to_string(q.ep * q.etp) + " does not divide the " +
+                                       std::to_string(stage_ranks) + " ranks of a pipeline stage (tp*cp*dp)");
+  if (moe && m.moe.expert_ffn % q.etp != 0)
+    return fail(Rule::EtpFfn, "etp = " + std::to_string(q.etp) + " does not divide the expert ffn size " + std::to_string(m.moe.expert_ffn));
+
+  if (q.vpp > 1 && q.pp == 1) return fail(Rule::VppNeedsPp, "vpp = " + std::to_string(q.vpp) + " needs pp > 1 (use vpp = 1 with pp = 1)");
+  const long chunks = static_cast<long>(q.pp) * q.vpp;
+  const long layers = static_cast<long>(m.layers.size());
+  if (layers % chunks != 0)
+    return fail(Rule::LayersSplit, "pp*vpp = " + std::to_string(chunks) + " does not divide the " + std::to_string(layers) +
+                                       " layers (valid pp*vpp: " + divisors(layers) + ")");
+
+  const long need = q.cp > 1 ? 2L * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
+  if (p.seq_len % need != 0)
+    return fail(Rule::SeqDivisible, "seq_len = " + std::to_string(p.seq_len) + " is not divisible by " +
+                                        (q.cp > 1 ? "2*cp*tp = " : "tp = ") + std::to_string(need) +
+                                        (q.cp > 1 ? " (load-balanced causal CP splits each sequence into 2*cp chunks)" : " (sequence parallel)"));
+
+  const int gb = effective_global_batch(p);
+  if (gb % (static_cast<long>(p.micro_batch) * dp) != 0)
+    return fail(Rule::BatchDivisible, "global_batch = " + std::to_string(gb) + " is not divisible by micro_batch*dp = " +
+                                          std::to_string(p.micro_batch * dp));
+
+  if (p.moe.ep_chunks < 1 || p.moe.ep_chunks > 8)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " is out of range (valid: 1 to 8)");
+  if (!moe && p.moe.ep_chunks > 1)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " needs a MoE model (use 1)");
+  const long tokens_per_rank = p.seq_len * p.micro_batch / (static_cast<long>(q.cp) * q.tp);
+  if (p.moe.ep_chunks > tokens_per_rank)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " exceeds the " +
+                                     std::to_string(tokens_per_rank) + " tokens each rank routes");
+  if (!(p.moe.routing_imbalance >= 1.0) || p.moe.routing_imbalance > 64)
+    return fail(Rule::MoeRouting, "routing_imbalance = " + std::to_string(p.moe.routing_imbalance) + " is out of range (valid: 1 to 64; 1 = balanced)");
+  if (!(p.moe.capacity_factor >= 0) || p.moe.capacity_factor > 64)
+    return fail(Rule::MoeRouting, "capacity_factor = " + std::to_string(p.moe.capacity_factor) + " is out of range (valid: 0 = dropless, or up to 64)");
+
+  const long per_chunk = layers / chunks;
+  if (p.recompute_layers < 0 || p.recompute_layers > per_chunk)
+    return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) +
+                                           " is out of range (valid: 0 = all, up to the " + std::to_string(per_chunk) +
+                                           " layers of a virtual stage)");
+  if (p.recompute_layers > 0 && p.recompute != Recompute::Full)
+    return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) + " needs recompute = full");
+  return std::nullopt;
+}
+
+void require_valid_plan(const ModelSpec& m, const Plan& p) {
+  if (auto v = check_plan(m, p)) throw UserError(v->message);
+}
+
+}  // namespace lcplan

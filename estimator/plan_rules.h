@@ -1,0 +1,45 @@
+// Named validity rules for a plan on a model. The estimator refuses a plan that breaks one (UserError with the
+// rule's sentence); the search counts rejections per rule (--explain-rejects).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "estimator/plan.h"
+#include "models/model_spec.h"
+
+namespace lcplan {
+
+enum class Rule : int {
+  Positive,          // sizes and counts at least 1
+  GpusDivisible,     // gpus divisible by tp*pp*cp
+  TpHeads,           // attention / KV / linear-attention / MLA heads divisible by tp
+  CpLinearHeads,     // gated DeltaNet heads per TP rank divisible by cp (head-parallel CP of linear attention)
+  EpExperts,         // experts divisible by ep (ep = 1 on dense models)
+  ExpertGroup,       // ep*etp divides the tp*cp*dp ranks of a stage
+  EtpFfn,            // expert ffn divisible by etp
+  LayersSplit,       // layers divisible by pp*vpp
+  VppNeedsPp,        // vpp > 1 only with pp > 1
+  SeqDivisible,      // seq divisible by 2*cp*tp (load-balanced causal CP) or tp (sequence parallel)
+  BatchDivisible,    // global batch divisible by micro_batch*dp
+  MoeChunks,         // ep_chunks in 1..8, at most the tokens each rank routes; 1 on dense models
+  MoeRouting,        // routing_imbalance >= 1, capacity_factor >= 0
+  RecomputeLayers,   // recompute_layers within the layers of a virtual stage, only with full recompute
+  Count
+};
+
+const char* rule_name(Rule r);
+
+struct RuleViolation {
+  Rule rule;
+  std::string message;  // one sentence naming the value and what would be valid
+};
+
+// First rule the plan breaks, or nothing. Pure and cheap: the search calls it for every candidate.
+std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p);
+
+// Throws UserError with the violation's sentence.
+void require_valid_plan(const ModelSpec& m, const Plan& p);
+
+}  // namespace lcplan

@@ -1,0 +1,68 @@
+// Step time and throughput of a plan: FLOPs per op over calibrated efficiency, collectives by alpha-beta per link
+// tier, overlap minus interference, pipeline bubble, recompute, per-kernel launch floor. Pure function.
+#pragma once
+
+#include <string>
+
+#include "estimator/calibration.h"
+#include "estimator/hardware.h"
+#include "estimator/plan.h"
+#include "estimator/rank_layout.h"
+#include "models/model_spec.h"
+
+namespace lcplan {
+
+struct ExposedComm {
+  double tp = 0, cp = 0, ep = 0, pp = 0, dp_fsdp = 0;  // seconds per step not hidden under compute
+  double total() const { return tp + cp + ep + pp + dp_fsdp; }
+};
+
+struct TimeBreakdown {
+  double compute = 0;          // forward + backward compute of the slowest stage over the step (s)
+  double recompute = 0;        // extra forward of recomputed layers (s)
+  ExposedComm exposed_comm;
+  double bubble = 0;           // pipeline bubble (s)
+  double launch_overhead = 0;  // per-kernel launch floor x kernel count not hidden by long kernels (s)
+  double optimizer = 0;        // optimizer step (s)
+};
+
+struct TimeEstimate {
+  double step_seconds = 0;
+  double model_flops_per_step = 0;   // Megatron-style model FLOPs (recompute excluded), whole job
+  double tflops_per_gpu = 0;         // model_flops_per_step / step_seconds / gpus / 1e12
+  double mfu = 0;                    // tflops_per_gpu / peak of the plan's precision
+  double tokens_per_second_per_gpu = 0;
+  TimeBreakdown breakdown;
+  std::string bottleneck;            // the largest breakdown term's name
+};
+
+// The plan must be valid (check_plan).
+TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+
+// Pieces exposed for tests and for the chunked-EP proxy.
+
+enum class LinkTier { NVLink, Network };
+const char* to_string(LinkTier t);
+enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+
+// NVLink when every rank of the group sits in one node (Megatron rank order), else the network.
+LinkTier group_tier(const RankLayout& l, Group g, int gpus_per_node);
+
+// Seconds for one collective on `n` ranks over `tier`, where `bytes` is the full buffer of one rank
+// (all-gather: the gathered output; reduce-scatter / all-reduce / all-to-all: the input). nodes = nodes the group spans.
+double collective_seconds(Collective c, double bytes, int n, LinkTier tier, int nodes, const Hardware& hw,
+                          const Calibration& cal);
+
+// Compute efficiency curve eff(x) = max * x / (x + half).
+double efficiency_curve(double max, double half, double x);
+
+// One MoE layer of the plan, one microbatch on one rank (router, shared and routed experts, permutation,
+// dispatch/combine with the plan's ep_chunks overlap schedule). Seconds.
+struct MoeLayerTime {
+  double forward = 0, backward = 0;
+  double exposed_comm_forward = 0, exposed_comm_backward = 0;  // all-to-all time not hidden under expert GEMMs
+  double launch_forward = 0, launch_backward = 0;              // launch-floor excess included in forward/backward
+};
+MoeLayerTime moe_layer_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+
+}  // namespace lcplan

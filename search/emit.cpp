@@ -1,0 +1,139 @@
+#include "search/emit.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace lcplan {
+
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string row(const Candidate& c, int rank) {
+  const Plan& p = c.plan;
+  const Estimate& e = c.estimate;
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "%4d %3d %3d %3d %3d %3d %3d %3d %-8s %-9s %-3s %6d %6lldK %8.2f %8.1f %9.0f  %s\n", rank, p.parallel.tp,
+                p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.ep, p.parallel.etp, p.micro_batch,
+                to_string(p.optimizer_sharding),
+                (std::string(to_string(p.recompute)) + (p.recompute_layers > 0 ? "/" + std::to_string(p.recompute_layers) : ""))
+                    .c_str(),
+                p.linear_ce ? "on" : "off", p.moe.ep_chunks,
+                static_cast<long long>(p.seq_len * p.micro_batch / p.parallel.cp / 1024), e.memory.peak_bytes / GiB,
+                e.time.tflops_per_gpu, e.time.tokens_per_second_per_gpu, e.time.bottleneck.c_str());
+  return buf;
+}
+
+const char* kHeader =
+    "rank  tp  pp vpp  cp  ep etp  mb sharding recompute lce chunks  local  peakGiB TFLOP/s  tok/s/GPU  bottleneck\n";
+
+nlohmann::json candidate_json(const Candidate& c) { return estimate_to_json(c.estimate, c.plan); }
+
+}  // namespace
+
+std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, bool explain_rejects, int pareto_rows) {
+  std::ostringstream o;
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "searched %zu plans in %.1f ms (%.2f M plans/s): %zu passed the rules, %zu fit\n", r.candidates,
+                r.seconds * 1e3, r.seconds > 0 ? r.candidates / r.seconds / 1e6 : 0.0, r.evaluated, r.feasible);
+  o << buf;
+  if (explain_rejects) {
+    o << "\nrejected per rule:\n";
+    for (int i = 0; i <= kMemoryReject; ++i) {
+      if (r.rejects[i] == 0) continue;
+      std::snprintf(buf, sizeof buf, "  %-36s %zu\n", i == kMemoryReject ? "memory_below_capacity_minus_headroom"
+                                                                         : rule_name(static_cast<Rule>(i)),
+                    r.rejects[i]);
+      o << buf;
+    }
+  }
+  if (!r.top.empty()) {
+    o << "\nbest plans (tokens/s per GPU; TFLOP/s = model FLOPs per GPU; peak = per-GPU peak over stages):\n" << kHeader;
+    for (size_t i = 0; i < r.top.size(); ++i) o << row(r.top[i], int(i) + 1);
+  }
+  if (!r.pareto.empty() && pareto_rows > 0) {
+    o << "\nPareto front (peak memory vs throughput):\n" << kHeader;
+    const size_t step = r.pareto.size() > size_t(pareto_rows) ? r.pareto.size() / pareto_rows : 1;
+    for (size_t i = 0; i < r.pareto.size(); i += step) o << row(r.pareto[i], int(i) + 1);
+  }
+  o << "\nreduced recipe (article section 2.5 rules):\n";
+  if (!recipe.found) {
+    o << "  no plan following or bending the rules fits\n";
+  } else {
+    o << kHeader << row(recipe.plan, 0);
+    for (const auto& line : recipe.rationale) o << "  - " << line << "\n";
+    if (!r.top.empty()) {
+      std::snprintf(buf, sizeof buf, "  distance to the exhaustive best: %.1f%% throughput, %+.2f GiB peak memory\n",
+                    100 * recipe.throughput_gap, recipe.memory_delta_bytes / GiB);
+      o << buf;
+    }
+  }
+  for (const auto& b : recipe.broken) o << "  ! " << b << "\n";
+  return o.str();
+}
+
+nlohmann::json search_json(const SearchResult& r, const ReducedRecipe& recipe) {
+  nlohmann::json top = nlohmann::json::array(), pareto = nlohmann::json::array(), rejects = nlohmann::json::object();
+  for (const auto& c : r.top) top.push_back(candidate_json(c));
+  for (const auto& c : r.pareto) pareto.push_back(candidate_json(c));
+  for (int i = 0; i <= kMemoryReject; ++i)
+    rejects[i == kMemoryReject ? "memory_below_capacity_minus_headroom" : rule_name(static_cast<Rule>(i))] = r.rejects[i];
+  nlohmann::json j = {{"candidates", r.candidates}, {"evaluated", r.evaluated}, {"feasible", r.feasible},
+                      {"seconds", r.seconds},       {"rejects", rejects},       {"top", top},
+                      {"pareto", pareto}};
+  if (recipe.found)
+    j["reduced_recipe"] = {{"estimate", candidate_json(recipe.plan)},
+                           {"rationale", recipe.rationale},
+                           {"broken", recipe.broken},
+                           {"throughput_gap", recipe.throughput_gap},
+                           {"memory_delta_bytes", recipe.memory_delta_bytes}};
+  else
+    j["reduced_recipe"] = {{"broken", recipe.broken}};
+  return j;
+}
+
+std::string megatron_flags(const Plan& p, const ModelSpec& m) {
+  std::ostringstream o;
+  const Parallel& q = p.parallel;
+  o << "--tensor-model-parallel-size " << q.tp << " --pipeline-model-parallel-size " << q.pp;
+  if (q.vpp > 1) o << " --num-layers-per-virtual-pipeline-stage " << m.layers.size() / (q.pp * q.vpp);
+  o << " --context-parallel-size " << q.cp;
+  if (q.cp > 1) o << " --cp-comm-type p2p";
+  if (q.ep > 1 || q.etp > 1) o << " --expert-model-parallel-size " << q.ep << " --expert-tensor-parallel-size " << q.etp;
+  if (q.tp > 1 && p.sequence_parallel) o << " --sequence-parallel";
+  o << " --seq-length " << p.seq_len << " --micro-batch-size " << p.micro_batch << " --global-batch-size "
+    << effective_global_batch(p);
+  switch (p.optimizer_sharding) {
+    case OptimizerSharding::None: break;
+    case OptimizerSharding::DistOpt: o << " --use-distributed-optimizer"; break;
+    case OptimizerSharding::Fsdp: o << " --use-torch-fsdp2 --no-gradient-accumulation-fusion"; break;
+  }
+  if (p.offload.optimizer) o << " --optimizer-cpu-offload";
+  switch (p.recompute) {
+    case Recompute::None: break;
+    case Recompute::Selective: o << " --recompute-granularity selective --recompute-modules core_attn layernorm moe_act"; break;
+    case Recompute::Full:
+      o << " --recompute-granularity full --recompute-method "
+        << (p.recompute_layers > 0 ? "block --recompute-num-layers " + std::to_string(p.recompute_layers)
+                                   : "uniform --recompute-num-layers 1");
+      break;
+  }
+  if (p.linear_ce) o << " --cross-entropy-loss-fusion --cross-entropy-fusion-impl linear";
+  if (q.ep > 1) {
+    o << " --moe-token-dispatcher-type alltoall";
+    if (p.moe.ep_chunks > 1) o << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";
+  }
+  if (p.moe.capacity_factor > 0) o << " --moe-expert-capacity-factor " << p.moe.capacity_factor << " --moe-pad-expert-input-to-capacity";
+  if (p.precision == Precision::FP8) o << " --fp8-format hybrid --fp8-recipe delayed";
+  o << " --bf16\n";
+  if (p.moe.ep_chunks > 1)
+    o << "# ep_chunks " << p.moe.ep_chunks
+      << ": Megatron overlaps EP all-to-all across microbatches (1F1B A2A overlap); chunking within a layer is lcplan's/"
+         "bumblebee's schedule\n";
+  if (p.linear_ce) o << "# linear CE: the fused linear cross-entropy flag name differs across Megatron versions\n";
+  return o.str();
+}
+
+}  // namespace lcplan

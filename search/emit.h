@@ -1,0 +1,18 @@
+// Presenting search results: terminal table, JSON record, Megatron-LM command-line flags.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "search/reduce.h"
+#include "search/search.h"
+
+namespace lcplan {
+
+std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, bool explain_rejects, int pareto_rows);
+nlohmann::json search_json(const SearchResult& r, const ReducedRecipe& recipe);
+// Megatron-LM flags for the plan (flag names as of Megatron-Core 0.12+; check them against your version).
+std::string megatron_flags(const Plan& p, const ModelSpec& m);
+
+}  // namespace lcplan

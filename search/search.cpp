@@ -1,0 +1,160 @@
+#include "search/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace lcplan {
+
+namespace {
+
+double tokens_per_s(const Candidate& c) { return c.estimate.time.tokens_per_second_per_gpu; }
+double peak(const Candidate& c) { return c.estimate.memory.peak_bytes; }
+
+// Better-first ordering for the objective; ties broken by the other metric so results are deterministic.
+bool better(const Candidate& a, const Candidate& b, Objective obj) {
+  if (obj == Objective::Throughput) {
+    if (tokens_per_s(a) != tokens_per_s(b)) return tokens_per_s(a) > tokens_per_s(b);
+    return peak(a) < peak(b);
+  }
+  if (peak(a) != peak(b)) return peak(a) < peak(b);
+  return tokens_per_s(a) > tokens_per_s(b);
+}
+
+// Keeps the k best candidates (sorted) without storing every feasible plan.
+void offer_top(std::vector<Candidate>& top, const Candidate& c, const SearchOptions& opt) {
+  if (int(top.size()) == opt.top_k && !better(c, top.back(), opt.objective)) return;
+  auto pos = std::upper_bound(top.begin(), top.end(), c,
+                              [&](const Candidate& a, const Candidate& b) { return better(a, b, opt.objective); });
+  top.insert(pos, c);
+  if (int(top.size()) > opt.top_k) top.pop_back();
+}
+
+// Pareto front: no other plan has both lower peak and higher throughput.
+void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
+  for (const auto& f : front)
+    if (peak(f) <= peak(c) && tokens_per_s(f) >= tokens_per_s(c)) return;
+  front.erase(std::remove_if(front.begin(), front.end(),
+                             [&](const Candidate& f) { return peak(c) <= peak(f) && tokens_per_s(c) >= tokens_per_s(f); }),
+              front.end());
+  front.push_back(c);
+}
+
+}  // namespace
+
+SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,
+                          const Calibration& cal, const SearchOptions& opt, const Progress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r;
+  const double budget = hw.hbm_bytes - opt.headroom_bytes;
+  const size_t total = space.size();
+  const int layers = static_cast<int>(m.layers.size());
+  Plan p = base;
+  auto visit = [&]() {
+    ++r.candidates;
+    if (progress && (r.candidates & 1023) == 0) progress(r.candidates, total);
+    if (auto v = check_plan(m, p)) {
+      ++r.rejects[static_cast<int>(v->rule)];
+      return;
+    }
+    ++r.evaluated;
+    const MemoryEstimate mem = estimate_memory(m, p, cal);
+    if (!r.any_valid || mem.peak_bytes < r.smallest_peak.estimate.memory.peak_bytes) {
+      r.any_valid = true;
+      r.smallest_peak.plan = p;
+      r.smallest_peak.estimate.memory = mem;
+    }
+    if (mem.peak_bytes > budget) {
+      ++r.rejects[kMemoryReject];
+      return;
+    }
+    Candidate c{p, estimate(m, p, hw, cal)};
+    if (opt.objective == Objective::Memory && tokens_per_s(c) < opt.throughput_floor) return;
+    ++r.feasible;
+    offer_top(r.top, c, opt);
+    offer_pareto(r.pareto, c);
+  };
+  // Inner choices per layout, so a layout rejected by a rule counts every plan it stands for.
+  size_t rec_choices = 0;
+  for (Recompute rc : space.recompute)
+    rec_choices += rc != Recompute::Full ? 1 : (space.recompute_layers.empty() ? space.recompute_fractions.size() : space.recompute_layers.size());
+  const size_t inner = space.ep_chunks.size() * space.sharding.size() * space.linear_ce.size() *
+                       space.offload_optimizer.size() * rec_choices;
+  for (int tp : space.tp)
+    for (int pp : space.pp)
+      for (int vpp : space.vpp)
+        for (int cp : space.cp)
+          for (int ep : space.ep)
+            for (int etp : space.etp)
+              for (int mb : space.micro_batch) {
+                // Layout rules do not depend on the inner choices: check them once with neutral inner values.
+                p.parallel = {tp, pp, vpp, cp, ep, etp};
+                p.micro_batch = mb;
+                p.moe.ep_chunks = 1;
+                p.recompute = Recompute::None;
+                p.recompute_layers = 0;
+                if (auto v = check_plan(m, p)) {
+                  r.candidates += inner;
+                  r.rejects[static_cast<int>(v->rule)] += inner;
+                  continue;
+                }
+                for (int chunks : space.ep_chunks)
+                  for (OptimizerSharding sh : space.sharding)
+                    for (bool lce : space.linear_ce)
+                      for (bool off : space.offload_optimizer)
+                        for (Recompute rc : space.recompute) {
+                          p.moe.ep_chunks = chunks;
+                          p.optimizer_sharding = sh;
+                          p.linear_ce = lce;
+                          p.offload.optimizer = off;
+                          p.recompute = rc;
+                          p.recompute_layers = 0;
+                          if (rc != Recompute::Full) {
+                            visit();
+                          } else if (!space.recompute_layers.empty()) {
+                            for (int n : space.recompute_layers) {
+                              p.recompute_layers = n;
+                              visit();
+                            }
+                          } else {
+                            const int per_chunk = std::max(1, layers / std::max(1, pp * vpp));
+                            for (double f : space.recompute_fractions) {
+                              // Fractions that round to "all" or repeat a count are the same plan: count, skip.
+                              const int n = f >= 1.0 ? 0 : std::max(1, static_cast<int>(f * per_chunk));
+                              if (f < 1.0 && n >= per_chunk) {
+                                ++r.candidates;
+                                continue;
+                              }
+                              p.recompute_layers = n;
+                              visit();
+                            }
+                          }
+                        }
+              }
+  std::sort(r.pareto.begin(), r.pareto.end(), [](const Candidate& a, const Candidate& b) { return peak(a) < peak(b); });
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::string explain_infeasible(const SearchResult& r, const Hardware& hw, const SearchOptions& opt) {
+  char buf[512];
+  if (r.any_valid) {
+    const Plan& p = r.smallest_peak.plan;
+    const MemoryEstimate& mem = r.smallest_peak.estimate.memory;
+    std::snprintf(buf, sizeof buf,
+                  "no plan fits: memory is the tightest constraint; the smallest peak found is %.1f GiB "
+                  "(tp %d pp %d cp %d ep %d, %s, recompute %s) against %.1f GiB usable on %s (%.1f GiB headroom)",
+                  mem.peak_bytes / (1 << 30), p.parallel.tp, p.parallel.pp, p.parallel.cp, p.parallel.ep,
+                  to_string(p.optimizer_sharding), to_string(p.recompute), (hw.hbm_bytes - opt.headroom_bytes) / (1 << 30),
+                  hw.name.c_str(), opt.headroom_bytes / (1 << 30));
+    return buf;
+  }
+  int worst = 0;
+  for (int i = 0; i < kMemoryReject; ++i)
+    if (r.rejects[i] > r.rejects[worst]) worst = i;
+  std::snprintf(buf, sizeof buf, "no valid plan: every one of the %zu candidates breaks a rule; the tightest is %s (%zu rejections)",
+                r.candidates, rule_name(static_cast<Rule>(worst)), r.rejects[worst]);
+  return buf;
+}
+
+}  // namespace lcplan
