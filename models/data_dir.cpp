@@ -1,0 +1,12 @@
+#include "models/data_dir.h"
+
+#include <cstdlib>
+
+namespace lcplan {
+
+std::string data_dir() {
+  if (const char* env = std::getenv("LCPLAN_DATA_DIR"); env && *env) return env;
+  return LCPLAN_DEFAULT_DATA_DIR;  // set by models/CMakeLists.txt to the source tree
+}
+
+}  // namespace lcplan

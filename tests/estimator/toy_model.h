@@ -1,0 +1,38 @@
+// A 2-layer toy model small enough to count every byte by hand (see memory_terms_test.cpp for the counts).
+#pragma once
+
+#include "estimator/calibration.h"
+#include "models/model_spec.h"
+
+namespace lcplan::testing {
+
+// hidden 64, vocab 1000, untied; layer 0: GQA (4 heads, 2 KV, head_dim 16) + dense SwiGLU (ffn 128);
+// layer 1: the same attention + MoE (4 experts, top-2, expert ffn 32, no shared expert).
+inline ModelSpec toy_model() {
+  ModelSpec m;
+  m.name = "toy";
+  m.hidden = 64;
+  m.vocab = 1000;
+  m.dense_ffn = 128;
+  m.attn.heads = 4;
+  m.attn.kv_heads = 2;
+  m.attn.head_dim = 16;
+  m.moe.num_experts = 4;
+  m.moe.top_k = 2;
+  m.moe.expert_ffn = 32;
+  m.layers = {{MixerKind::FullAttention, FfnKind::Dense, false}, {MixerKind::FullAttention, FfnKind::MoE, false}};
+  return m;
+}
+
+// Every coefficient zero except the element sizes, so each test turns on only the terms it counts.
+inline Calibration bare_calibration() {
+  Calibration c;
+  c.name = "bare";
+  c.logits_bytes_per_element = 4;
+  c.linear_ce_vocab_tile = 100;
+  c.fsdp_prefetch_units = 1;
+  c.main_grad_bytes = 4;
+  return c;
+}
+
+}  // namespace lcplan::testing
