@@ -1,10 +1,16 @@
 // Communicator: one interface, two real backends (MPI on CPUs, NCCL on GPUs).
 // A Comm is a plain struct (backend tag + handles); collectives are free functions that dispatch on the tag.
 // Processes are started by mpirun/srun; NCCL is bootstrapped by broadcasting its unique id over MPI.
+//
+// Buffers live where the backend computes: host memory for Mpi, device memory for Nccl. Count arrays
+// (all_to_all_v) are always host arrays. Every function must be called by every member of the Comm.
+// Errors throw std::runtime_error (backend failure) or std::invalid_argument (bad arguments); argument
+// checks that need other ranks' values are done collectively first so every rank throws, none hangs.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -16,6 +22,7 @@ enum class DType : uint8_t { F32, F64, BF16, I32, I64 };
 enum class ReduceOp : uint8_t { Sum, Max, Min };
 
 size_t dtype_bytes(DType t);
+const char* dtype_name(DType t);
 
 struct Comm {
   Backend backend = Backend::Mpi;
@@ -26,21 +33,65 @@ struct Comm {
   void* stream = nullptr;         // cudaStream_t for NCCL calls (nullptr = default stream)
 };
 
-// Wraps MPI_COMM_WORLD (MPI must already be initialised).
+// An outstanding non-blocking operation. MPI: the requests plus what MPI reads until completion.
+// NCCL: a cudaEvent_t recorded on the comm stream after the call.
+struct Request {
+  Backend backend = Backend::Mpi;
+  std::vector<MPI_Request> mpi;
+  std::vector<int> ints;          // int counts/displacements handed to MPI (must outlive the call)
+  MPI_Op op = MPI_OP_NULL;        // user op for bf16 reductions, freed on completion
+  void* event = nullptr;          // cudaEvent_t (Nccl)
+  bool active = false;
+};
+
+// A duplicate of MPI_COMM_WORLD (MPI must already be initialised; collective). Errors return instead of abort.
 Comm world_mpi();
+// NCCL communicator over MPI_COMM_WORLD: rank 0 creates the unique id and broadcasts it over MPI.
+// The caller has selected its device (cudaSetDevice). Throws when lcplan was built without CUDA.
+Comm world_nccl(void* stream = nullptr);
+// True when this build carries the NCCL backend.
+bool nccl_compiled();
+
 // Sub-group of `parent` made of `ranks` (ranks of the parent, in order); every member of parent must call it
-// with the list of the group it belongs to. Throws std::invalid_argument if this rank is not in `ranks`.
+// with the list of the group it belongs to. The lists are checked collectively (every rank in its own list,
+// lists of the same group identical, groups disjoint) and a mismatch throws std::invalid_argument on every rank.
+// Same backend as the parent (a NCCL parent gets a NCCL sub-communicator).
 Comm split(const Comm& parent, const std::vector<int>& ranks);
 void free_comm(Comm& c);
+
+// Throws std::invalid_argument on every rank unless all ranks of `c` pass the same `value` (one small
+// all-reduce on the host). `what` names the value in the message. Use it before communicating.
+void require_same(const Comm& c, long long value, const std::string& what);
+// Collective error check: if any rank has a non-empty `error`, every rank throws std::invalid_argument with
+// the message of the lowest failing rank. Use it to turn a local argument check into one every rank sees.
+void raise_if_any(const Comm& c, const std::string& error);
 
 // Blocking collectives. Counts are in elements of `t`.
 void all_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op);
 void all_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t);
 void reduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op);
+void broadcast(const Comm& c, void* buf, size_t count, DType t, int root);
 // send_counts[r] elements go to rank r from offset send_displs[r]; likewise for receive.
 void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, const size_t* send_displs,
                   void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t);
 void send(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag = 0);
 void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag = 0);
+// Host-side equal all-to-all of counts (always over c.mpi): send[r*per_rank..] goes to rank r.
+// This is the "exchange counts first" step of every variable all-to-all.
+void exchange_counts(const Comm& c, const size_t* send, size_t* recv, size_t per_rank);
+void barrier(const Comm& c);
+
+// Non-blocking variants: the buffers (and count arrays) must stay valid until wait/test reports completion.
+Request iall_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op);
+Request iall_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t);
+Request ireduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op);
+Request iall_to_all_v(const Comm& c, const void* send, const size_t* send_counts, const size_t* send_displs,
+                      void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t);
+Request isend(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag = 0);
+Request irecv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag = 0);
+// Blocks until done (NCCL: the host waits for the recorded event). Safe on an inactive request.
+void wait(Request& r);
+// Drives progress and returns true once done (MPI progresses only inside MPI calls, so poll this while computing).
+bool test(Request& r);
 
 }  // namespace lcplan::comm

@@ -1,0 +1,431 @@
+// MPI backend of the communicator and the backend dispatch. NCCL calls go to backend.h (stubbed without CUDA).
+#include "kernels/comm/comm.h"
+
+#include <algorithm>
+#include <climits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/comm/backend.h"
+#include "kernels/comm/bf16.h"
+
+namespace lcplan::comm {
+
+static_assert(sizeof(size_t) == sizeof(uint64_t), "counts are exchanged as uint64");
+
+namespace {
+
+void mpi_check(int rc, const char* what, const char* file, int line) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw std::runtime_error(std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " +
+                           std::string(msg, len));
+}
+#define MPI_CHECK(call) mpi_check((call), #call, __FILE__, __LINE__)
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::BF16: return MPI_UINT16_T;  // bits only; reductions use the user ops below
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+int to_int(size_t v, const char* what) {
+  if (v > static_cast<size_t>(INT_MAX))
+    throw std::invalid_argument(std::string(what) + " = " + std::to_string(v) +
+                                " elements exceeds MPI's int count limit (2^31-1); split the call");
+  return static_cast<int>(v);
+}
+
+// bf16 reductions: upcast each pair to fp32, combine, round back (one rounding per combine, like NCCL).
+template <class F>
+void bf16_apply(void* in, void* inout, int* len, F f) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = f32_to_bf16(f(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  bf16_apply(in, inout, len, [](float x, float y) { return x + y; });
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  bf16_apply(in, inout, len, [](float x, float y) { return std::max(x, y); });
+}
+void bf16_min(void* in, void* inout, int* len, MPI_Datatype*) {
+  bf16_apply(in, inout, len, [](float x, float y) { return std::min(x, y); });
+}
+
+// The MPI op for (dtype, op); bf16 gets a freshly created user op that the caller frees (no global state).
+MPI_Op make_op(DType t, ReduceOp op, bool* user) {
+  *user = false;
+  if (t == DType::BF16) {
+    MPI_Op o;
+    MPI_User_function* fn = op == ReduceOp::Sum ? bf16_sum : op == ReduceOp::Max ? bf16_max : bf16_min;
+    MPI_CHECK(MPI_Op_create(fn, 1, &o));
+    *user = true;
+    return o;
+  }
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  throw std::invalid_argument("unknown reduce op");
+}
+
+// Variable all-to-all arguments as MPI ints. Counts beyond INT_MAX are expressed in units of a contiguous
+// type of g elements, g = gcd of all counts and displacements (MoE rows: g is a multiple of hidden).
+struct VArgs {
+  std::vector<int> ints;  // sc, sd, rc, rd (size each)
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  bool derived = false;
+};
+VArgs make_vargs(int n, const size_t* sc, const size_t* sd, const size_t* rc, const size_t* rd, DType t) {
+  size_t mx = 0, g = 0;
+  for (const size_t* a : {sc, sd, rc, rd})
+    for (int i = 0; i < n; ++i) {
+      mx = std::max(mx, a[i]);
+      g = std::gcd(g, a[i]);
+    }
+  VArgs v;
+  v.type = mpi_type(t);
+  size_t unit = 1;
+  if (mx > static_cast<size_t>(INT_MAX) && g > 1) {
+    unit = g;
+    MPI_CHECK(MPI_Type_contiguous(to_int(g, "all_to_all_v unit"), mpi_type(t), &v.type));
+    MPI_CHECK(MPI_Type_commit(&v.type));
+    v.derived = true;
+  }
+  v.ints.resize(4 * static_cast<size_t>(n));
+  int k = 0;
+  for (const size_t* a : {sc, sd, rc, rd})
+    for (int i = 0; i < n; ++i) v.ints[k++] = to_int(a[i] / unit, "all_to_all_v count or displacement");
+  return v;
+}
+
+bool is_nccl(const Comm& c) { return c.backend == Backend::Nccl; }
+
+void set_errors_return(MPI_Comm c) { MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN)); }
+
+std::string list_str(const int* a, int n) {
+  std::string s = "{";
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(a[i]);
+  return s + "}";
+}
+
+}  // namespace
+
+size_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+    case DType::I64: return 8;
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::F64: return "f64";
+    case DType::BF16: return "bf16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+  }
+  return "?";
+}
+
+bool nccl_compiled() { return detail::nccl_compiled(); }
+
+Comm world_mpi() {
+  int init = 0;
+  MPI_Initialized(&init);
+  if (!init) throw std::runtime_error("world_mpi: MPI is not initialised; call MPI_Init first (start with mpirun)");
+  Comm c;
+  // A duplicate keeps our traffic apart from the caller's and lets errors return instead of aborting.
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c.mpi));
+  set_errors_return(c.mpi);
+  MPI_CHECK(MPI_Comm_rank(c.mpi, &c.rank));
+  MPI_CHECK(MPI_Comm_size(c.mpi, &c.size));
+  return c;
+}
+
+Comm world_nccl(void* stream) {
+  Comm c = world_mpi();
+  c.backend = Backend::Nccl;
+  c.stream = stream;
+  c.nccl = detail::nccl_init(c.mpi, c.rank, c.size);
+  return c;
+}
+
+Comm split(const Comm& parent, const std::vector<int>& ranks) {
+  // Gather every rank's list so all ranks run the same checks on the same data and agree on the verdict.
+  const int n = static_cast<int>(ranks.size());
+  std::vector<int> lens(parent.size);
+  MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, parent.mpi));
+  std::vector<int> displs(parent.size + 1, 0);
+  for (int r = 0; r < parent.size; ++r) displs[r + 1] = displs[r] + lens[r];
+  std::vector<int> all(std::max(1, displs[parent.size]));
+  MPI_CHECK(MPI_Allgatherv(ranks.data(), n, MPI_INT, all.data(), lens.data(), displs.data(), MPI_INT, parent.mpi));
+
+  auto list = [&](int r) { return all.data() + displs[r]; };
+  std::string err;
+  for (int r = 0; r < parent.size && err.empty(); ++r) {
+    const int* a = list(r);
+    if (lens[r] == 0) {
+      err = "split: rank " + std::to_string(r) + " passed an empty group";
+      break;
+    }
+    if (std::find(a, a + lens[r], r) == a + lens[r]) {
+      err = "split: rank " + std::to_string(r) + " is not in its own group " + list_str(a, lens[r]);
+      break;
+    }
+    for (int i = 0; i < lens[r] && err.empty(); ++i) {
+      const int m = a[i];
+      if (m < 0 || m >= parent.size) {
+        err = "split: rank " + std::to_string(r) + " names rank " + std::to_string(m) + " outside the parent of " +
+              std::to_string(parent.size);
+      } else if (std::count(a, a + lens[r], m) > 1) {
+        err = "split: rank " + std::to_string(r) + " names rank " + std::to_string(m) + " twice";
+      } else if (lens[m] != lens[r] || !std::equal(a, a + lens[r], list(m))) {
+        err = "split: mismatched groups: rank " + std::to_string(r) + " passed " + list_str(a, lens[r]) +
+              " (size " + std::to_string(lens[r]) + ") but rank " + std::to_string(m) + " passed " +
+              list_str(list(m), lens[m]) + " (size " + std::to_string(lens[m]) + ")";
+      }
+    }
+  }
+  if (!err.empty()) throw std::invalid_argument(err);
+
+  const int color = *std::min_element(ranks.begin(), ranks.end());
+  const int key = static_cast<int>(std::find(ranks.begin(), ranks.end(), parent.rank) - ranks.begin());
+  Comm c;
+  c.backend = parent.backend;
+  c.stream = parent.stream;
+  MPI_CHECK(MPI_Comm_split(parent.mpi, color, key, &c.mpi));
+  set_errors_return(c.mpi);
+  MPI_CHECK(MPI_Comm_rank(c.mpi, &c.rank));
+  MPI_CHECK(MPI_Comm_size(c.mpi, &c.size));
+  if (is_nccl(c)) c.nccl = detail::nccl_init(c.mpi, c.rank, c.size);
+  return c;
+}
+
+void free_comm(Comm& c) {
+  if (c.nccl) detail::nccl_destroy(c.nccl);
+  c.nccl = nullptr;
+  if (c.mpi != MPI_COMM_NULL && c.mpi != MPI_COMM_WORLD && c.mpi != MPI_COMM_SELF) MPI_Comm_free(&c.mpi);
+  c.mpi = MPI_COMM_NULL;
+}
+
+void require_same(const Comm& c, long long value, const std::string& what) {
+  long long mm[2] = {value, -value};  // one MIN reduction yields min and -max
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MIN, c.mpi));
+  if (mm[0] != -mm[1])
+    throw std::invalid_argument("ranks disagree on " + what + ": values range from " + std::to_string(mm[0]) +
+                                " to " + std::to_string(-mm[1]) + "; every rank must pass the same value");
+}
+
+void raise_if_any(const Comm& c, const std::string& error) {
+  int first = error.empty() ? c.size : c.rank;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, c.mpi));
+  if (first == c.size) return;
+  int len = c.rank == first ? static_cast<int>(error.size()) : 0;
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, c.mpi));
+  std::string msg(static_cast<size_t>(len), ' ');
+  if (c.rank == first) msg = error;
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, c.mpi));
+  throw std::invalid_argument(msg);
+}
+
+void all_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op) {
+  if (is_nccl(c)) return detail::nccl_all_reduce(c, buf, count, t, op);
+  Request r = iall_reduce(c, buf, count, t, op);
+  wait(r);
+}
+
+void all_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t) {
+  if (is_nccl(c)) return detail::nccl_all_gather(c, send, recv, count_per_rank, t);
+  MPI_CHECK(MPI_Allgather(send, to_int(count_per_rank, "all_gather count"), mpi_type(t), recv,
+                          to_int(count_per_rank, "all_gather count"), mpi_type(t), c.mpi));
+}
+
+void reduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op) {
+  if (is_nccl(c)) return detail::nccl_reduce_scatter(c, send, recv, count_per_rank, t, op);
+  Request r = ireduce_scatter(c, send, recv, count_per_rank, t, op);
+  wait(r);
+}
+
+void broadcast(const Comm& c, void* buf, size_t count, DType t, int root) {
+  if (root < 0 || root >= c.size)
+    throw std::invalid_argument("broadcast root " + std::to_string(root) + " is outside the group of " +
+                                std::to_string(c.size));
+  if (is_nccl(c)) return detail::nccl_broadcast(c, buf, count, t, root);
+  MPI_CHECK(MPI_Bcast(buf, to_int(count, "broadcast count"), mpi_type(t), root, c.mpi));
+}
+
+void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                  const size_t* recv_counts, const size_t* recv_displs, DType t) {
+  if (is_nccl(c))
+    return detail::nccl_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
+  Request r = iall_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
+  wait(r);
+}
+
+void send(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag) {
+  if (is_nccl(c)) return detail::nccl_send(c, buf, count, t, peer);
+  MPI_CHECK(MPI_Send(buf, to_int(count, "send count"), mpi_type(t), peer, tag, c.mpi));
+}
+
+void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag) {
+  if (is_nccl(c)) return detail::nccl_recv(c, buf, count, t, peer);
+  MPI_CHECK(MPI_Recv(buf, to_int(count, "recv count"), mpi_type(t), peer, tag, c.mpi, MPI_STATUS_IGNORE));
+}
+
+void exchange_counts(const Comm& c, const size_t* send, size_t* recv, size_t per_rank) {
+  MPI_CHECK(MPI_Alltoall(send, to_int(per_rank, "exchange_counts"), MPI_UINT64_T, recv,
+                         to_int(per_rank, "exchange_counts"), MPI_UINT64_T, c.mpi));
+}
+
+void barrier(const Comm& c) { MPI_CHECK(MPI_Barrier(c.mpi)); }
+
+// ---- non-blocking ----
+
+Request iall_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op) {
+  Request r;
+  r.active = true;
+  if (is_nccl(c)) {
+    r.backend = Backend::Nccl;
+    detail::nccl_all_reduce(c, buf, count, t, op);
+    detail::nccl_record(c, r);
+    return r;
+  }
+  bool user = false;
+  MPI_Op o = make_op(t, op, &user);
+  if (user) r.op = o;
+  r.mpi.resize(1);
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(count, "all_reduce count"), mpi_type(t), o, c.mpi, &r.mpi[0]));
+  return r;
+}
+
+Request iall_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t) {
+  Request r;
+  r.active = true;
+  if (is_nccl(c)) {
+    r.backend = Backend::Nccl;
+    detail::nccl_all_gather(c, send, recv, count_per_rank, t);
+    detail::nccl_record(c, r);
+    return r;
+  }
+  const int n = to_int(count_per_rank, "all_gather count");
+  r.mpi.resize(1);
+  MPI_CHECK(MPI_Iallgather(send, n, mpi_type(t), recv, n, mpi_type(t), c.mpi, &r.mpi[0]));
+  return r;
+}
+
+Request ireduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op) {
+  Request r;
+  r.active = true;
+  if (is_nccl(c)) {
+    r.backend = Backend::Nccl;
+    detail::nccl_reduce_scatter(c, send, recv, count_per_rank, t, op);
+    detail::nccl_record(c, r);
+    return r;
+  }
+  bool user = false;
+  MPI_Op o = make_op(t, op, &user);
+  if (user) r.op = o;
+  r.mpi.resize(1);
+  MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, to_int(count_per_rank, "reduce_scatter count"), mpi_type(t), o,
+                                      c.mpi, &r.mpi[0]));
+  return r;
+}
+
+Request iall_to_all_v(const Comm& c, const void* send, const size_t* send_counts, const size_t* send_displs,
+                      void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t) {
+  Request r;
+  r.active = true;
+  if (is_nccl(c)) {
+    r.backend = Backend::Nccl;
+    detail::nccl_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
+    detail::nccl_record(c, r);
+    return r;
+  }
+  VArgs v = make_vargs(c.size, send_counts, send_displs, recv_counts, recv_displs, t);
+  r.ints = std::move(v.ints);
+  const int n = c.size;
+  int* p = r.ints.data();
+  r.mpi.resize(1);
+  MPI_CHECK(MPI_Ialltoallv(send, p, p + n, v.type, recv, p + 2 * n, p + 3 * n, v.type, c.mpi, &r.mpi[0]));
+  if (v.derived) MPI_Type_free(&v.type);  // freeing a type in use is allowed: pending operations complete
+  return r;
+}
+
+Request isend(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag) {
+  Request r;
+  r.active = true;
+  if (is_nccl(c)) {
+    r.backend = Backend::Nccl;
+    detail::nccl_send(c, buf, count, t, peer);
+    detail::nccl_record(c, r);
+    return r;
+  }
+  r.mpi.resize(1);
+  MPI_CHECK(MPI_Isend(buf, to_int(count, "send count"), mpi_type(t), peer, tag, c.mpi, &r.mpi[0]));
+  return r;
+}
+
+Request irecv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag) {
+  Request r;
+  r.active = true;
+  if (is_nccl(c)) {
+    r.backend = Backend::Nccl;
+    detail::nccl_recv(c, buf, count, t, peer);
+    detail::nccl_record(c, r);
+    return r;
+  }
+  r.mpi.resize(1);
+  MPI_CHECK(MPI_Irecv(buf, to_int(count, "recv count"), mpi_type(t), peer, tag, c.mpi, &r.mpi[0]));
+  return r;
+}
+
+namespace {
+void finish(Request& r) {
+  if (r.op != MPI_OP_NULL) MPI_Op_free(&r.op);
+  r.mpi.clear();
+  r.ints.clear();
+  r.active = false;
+}
+}  // namespace
+
+void wait(Request& r) {
+  if (!r.active) return;
+  if (r.backend == Backend::Nccl) {
+    detail::nccl_sync(r);
+    r.active = false;
+    return;
+  }
+  MPI_CHECK(MPI_Waitall(static_cast<int>(r.mpi.size()), r.mpi.data(), MPI_STATUSES_IGNORE));
+  finish(r);
+}
+
+bool test(Request& r) {
+  if (!r.active) return true;
+  if (r.backend == Backend::Nccl) {
+    if (!detail::nccl_query(r)) return false;
+    r.active = false;
+    return true;
+  }
+  int done = 0;
+  MPI_CHECK(MPI_Testall(static_cast<int>(r.mpi.size()), r.mpi.data(), &done, MPI_STATUSES_IGNORE));
+  if (done) finish(r);
+  return done != 0;
+}
+
+}  // namespace lcplan::comm

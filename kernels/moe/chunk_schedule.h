@@ -1,0 +1,82 @@
+// The chunked expert-parallel schedule as data: a list of steps, each on the communication or the compute
+// stream, with dependencies. Built by a pure function (no MPI, no CUDA) so it can be printed, tested, costed by
+// the estimator (simulate) and run by the executors (CPU: non-blocking MPI; GPU: comm + compute streams + events).
+//
+// Forward (article section 2.4, chunk2): comm runs c0 dispatch, c1 dispatch, c0 combine, c1 combine; compute
+// runs c0 GEMM, c1 GEMM; c_i dispatch -> c_i GEMM -> c_i combine. Backward mirrors it: combine-bwd per chunk,
+// dgrad per chunk, a delayed wgrad after the last chunk's dgrad (overlapping the tail dispatch-bwd), dispatch-bwd.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lcplan::moe {
+
+enum class StreamKind : uint8_t { Comm, Compute };
+
+enum class StepOp : uint8_t {
+  // forward
+  Route,        // compute, all tokens: router logits, top-k, per-chunk counts per expert
+  Counts,       // comm, all chunks: exchange tokens-per-expert counts (one small all-to-all)
+  Permute,      // compute, chunk: gather the chunk's token copies into expert-major rows
+  Dispatch,     // comm, chunk: all-to-all-v of rows to the ranks owning their experts
+  SharedFwd,    // compute, all tokens: shared expert (no communication, hides the first dispatch)
+  ExpertFwd,    // compute, chunk: grouped SwiGLU expert GEMMs (fc1 -> act -> fc2)
+  Combine,      // comm, chunk: all-to-all-v of expert outputs back to the tokens' ranks
+  Unpermute,    // compute, chunk: weighted sum of each token's k expert outputs + shared expert
+  // backward
+  UnpermuteBwd, // compute, chunk: grads of expert outputs and routing weights
+  CombineBwd,   // comm, chunk: send output grads to the expert ranks
+  SharedBwd,    // compute, all tokens: shared expert backward (dgrad + wgrad)
+  ExpertDgrad,  // compute, chunk: input grads of the expert GEMMs
+  DispatchBwd,  // comm, chunk: send input grads back to the tokens' ranks
+  ExpertWgrad,  // compute, all chunks: delayed weight grads of every local expert
+  PermuteBwd,   // compute, chunk: sum each token's k input grads
+  RouterBwd,    // compute, all tokens: router grads and the final input grad
+};
+
+struct Step {
+  StreamKind stream = StreamKind::Compute;
+  StepOp op = StepOp::Route;
+  int chunk = -1;          // -1: the step covers every chunk
+  std::vector<int> deps;   // indices of earlier-or-other-stream steps in the same list that must finish first
+};
+
+struct ChunkSchedule {
+  int chunks = 1;
+  std::vector<double> weights;  // relative token share of each chunk (sums to 1)
+  bool shared_expert = true;
+  std::vector<Step> forward;
+  std::vector<Step> backward;
+};
+
+// The schedule for `chunks` (1..4) chunks with optional relative `weights` (one positive value per chunk;
+// empty = equal). Throws std::invalid_argument naming the bad value.
+ChunkSchedule make_chunk_schedule(int chunks, const std::vector<double>& weights = {}, bool shared_expert = true);
+
+// Token boundaries of each chunk: chunks+1 ascending values from 0 to tokens, every chunk at least one token,
+// shares as close to `weights` as rounding allows. Throws when chunks > tokens.
+std::vector<int> chunk_bounds(int tokens, int chunks, const std::vector<double>& weights = {});
+
+const char* op_name(StepOp op);
+const char* stream_name(StreamKind s);
+// "c0 dispatch" / "route" (chunk -1 has no prefix).
+std::string step_label(const Step& s);
+// One line per step: index, stream, label, dependencies; then the per-stream orders.
+std::string format_steps(const std::vector<Step>& steps);
+std::string format_schedule(const ChunkSchedule& s);
+
+// Checks that dependencies name existing steps and that the two in-order streams plus dependencies cannot
+// deadlock. Throws std::logic_error describing the first problem.
+void validate_steps(const std::vector<Step>& steps);
+
+// Two in-order streams: a step starts when its stream's previous step and all its deps have finished.
+// `duration[i]` is step i's time (any unit). This is how the estimator costs a schedule.
+struct Timeline {
+  std::vector<double> start, end;
+  double makespan = 0;
+};
+Timeline simulate(const std::vector<Step>& steps, const std::vector<double>& duration);
+
+}  // namespace lcplan::moe

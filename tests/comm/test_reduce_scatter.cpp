@@ -1,0 +1,36 @@
+#include <vector>
+
+#include "tests/comm/driver.h"
+
+namespace lcplan::comm::tests {
+
+TEST(ReduceScatter, SumOfOddBlocks) {
+  World w;
+  const size_t n = 3;
+  for (bool nb : {false, true}) {
+    std::vector<float> send(n * w.c.size), recv(n, -1.f);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = val(w.c.rank, i);
+    if (nb) {
+      Request r = ireduce_scatter(w.c, send.data(), recv.data(), n, DType::F32, ReduceOp::Sum);
+      wait(r);
+    } else {
+      reduce_scatter(w.c, send.data(), recv.data(), n, DType::F32, ReduceOp::Sum);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int r = 0; r < w.c.size; ++r) want += val(r, w.c.rank * n + i);
+      EXPECT_EQ(recv[i], want);
+    }
+  }
+}
+
+TEST(ReduceScatter, MaxInt64) {
+  World w;
+  std::vector<int64_t> send(2 * w.c.size), recv(2);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = (w.c.rank + 1) * 1000000000000LL + static_cast<int64_t>(i);
+  reduce_scatter(w.c, send.data(), recv.data(), 2, DType::I64, ReduceOp::Max);
+  EXPECT_EQ(recv[0], w.c.size * 1000000000000LL + 2 * w.c.rank);
+  EXPECT_EQ(recv[1], w.c.size * 1000000000000LL + 2 * w.c.rank + 1);
+}
+
+}  // namespace lcplan::comm::tests

@@ -1,0 +1,47 @@
+#include <vector>
+
+#include "tests/comm/driver.h"
+
+namespace lcplan::comm::tests {
+
+TEST(SendRecv, RingWithUnevenSizes) {
+  World w;
+  const int P = w.c.size, next = (w.c.rank + 1) % P, prev = (w.c.rank + P - 1) % P;
+  // Rank r sends r+1 elements: every message has a different size.
+  std::vector<double> out(w.c.rank + 1), in(prev + 1, -1);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = w.c.rank + 0.25 * i;
+  Request rr = irecv(w.c, in.data(), in.size(), DType::F64, prev, 7);
+  Request rs = isend(w.c, out.data(), out.size(), DType::F64, next, 7);
+  wait(rs);
+  wait(rr);
+  for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(in[i], prev + 0.25 * i);
+}
+
+TEST(SendRecv, BlockingPairs) {
+  World w;
+  if (w.c.size < 2) GTEST_SKIP() << "needs two ranks";
+  const int partner = w.c.rank ^ 1;
+  if (partner >= w.c.size) return;
+  std::vector<int64_t> buf(3 + w.c.rank % 2, w.c.rank);
+  if (w.c.rank % 2 == 0) {
+    send(w.c, buf.data(), buf.size(), DType::I64, partner);
+    std::vector<int64_t> got(4);
+    recv(w.c, got.data(), got.size(), DType::I64, partner);
+    for (auto v : got) EXPECT_EQ(v, partner);
+  } else {
+    std::vector<int64_t> got(3);
+    recv(w.c, got.data(), got.size(), DType::I64, partner);
+    send(w.c, buf.data(), buf.size(), DType::I64, partner);
+    for (auto v : got) EXPECT_EQ(v, partner);
+  }
+}
+
+TEST(DType, Bytes) {
+  EXPECT_EQ(dtype_bytes(DType::F32), 4u);
+  EXPECT_EQ(dtype_bytes(DType::F64), 8u);
+  EXPECT_EQ(dtype_bytes(DType::BF16), 2u);
+  EXPECT_EQ(dtype_bytes(DType::I32), 4u);
+  EXPECT_EQ(dtype_bytes(DType::I64), 8u);
+}
+
+}  // namespace lcplan::comm::tests
