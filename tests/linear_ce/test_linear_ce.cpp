@@ -1,0 +1,375 @@
+// Linear CE on the CPU: shared math, fp32 and bf16 paths against an fp64 reference, edge cases, memory, bad input,
+// and the vocabulary-parallel combine driven through its cross-rank hook by threads (MPI is in its own test).
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <thread>
+
+#include "tests/linear_ce/reference.h"
+
+namespace lcplan::linear_ce {
+namespace {
+
+using test::Data;
+using test::expect_no_worse;
+using test::expect_rel;
+using test::make_data;
+using test::reference;
+using test::run_cpu;
+using test::run_naive;
+
+constexpr double kF32Rtol = 1e-5;
+constexpr double kBf16Atol = 1e-2;
+
+Options odd_tiles(Reduction r) {
+  Options o;
+  o.reduction = r;
+  o.vocab_tile = 256;  // does not divide 1231
+  o.token_tile = 100;  // does not divide 252
+  return o;
+}
+
+void expect_f32_matches(const Data& d, const Options& o, const test::Outputs& ours) {
+  const auto ref = reference(d, o);
+  expect_rel("loss", ours.loss, ref.loss, kF32Rtol);
+  expect_rel("lse", ours.lse, ref.lse, kF32Rtol);
+  expect_rel("d_hidden", ours.dh, ref.dh, kF32Rtol);
+  expect_rel("d_weight", ours.dw, ref.dw, kF32Rtol);
+}
+
+// ---- shared math ----
+
+TEST(LinearCeMath, Bf16RoundTripsEveryFinitePattern) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const bf16 x{static_cast<uint16_t>(b)};
+    const float f = bf16_to_float(x);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(f)))) << b;
+      continue;
+    }
+    ASSERT_EQ(float_to_bf16(f).bits, x.bits) << "pattern " << b;
+  }
+}
+
+TEST(LinearCeMath, Bf16RoundsToNearestEven) {
+  const float ulp = std::ldexp(1.0f, -7);  // bf16 spacing at 1.0
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + ulp / 2)), 1.0f);                 // tie -> even (down)
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 1.5f * ulp)), 1.0f + 2 * ulp);     // tie -> even (up)
+  EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + 0.6f * ulp)), 1.0f + ulp);         // above half rounds up
+  EXPECT_EQ(bf16_to_float(float_to_bf16(-1.0f - 0.4f * ulp)), -1.0f);             // below half rounds down
+  EXPECT_TRUE(std::isinf(bf16_to_float(float_to_bf16(std::numeric_limits<float>::max()))));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::signbit(bf16_to_float(float_to_bf16(-0.0f))));
+}
+
+TEST(LinearCeMath, OnlineMergeMatchesDirectLogSumExp) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 30.0f);  // wide spread: exp would overflow without the running max
+  std::vector<float> xs(1000);
+  for (auto& x : xs) x = nd(rng) + 60.0f;
+  double mx = -INFINITY;
+  for (float x : xs) mx = std::max(mx, double(x));
+  double se = 0;
+  for (float x : xs) se += std::exp(double(x) - mx);
+  const double direct = mx + std::log(se);
+  // Three different groupings of the same stream must agree with the direct value.
+  LseState one = lse_empty();
+  for (float x : xs) one = lse_push(one, x);
+  LseState a = lse_empty(), b = lse_empty();
+  for (size_t i = 0; i < xs.size(); ++i) (i % 3 ? a : b) = lse_push(i % 3 ? a : b, xs[i]);
+  float lae = -INFINITY;
+  for (float x : xs) lae = log_add_exp(lae, x);
+  EXPECT_NEAR(lse_value(one), direct, 1e-5 * std::fabs(direct));
+  EXPECT_NEAR(lse_value(lse_merge(a, b)), direct, 1e-5 * std::fabs(direct));
+  EXPECT_NEAR(lae, direct, 1e-5 * std::fabs(direct));
+}
+
+TEST(LinearCeMath, EmptyStatesAndInfinitiesAreSafe) {
+  EXPECT_EQ(lse_value(lse_empty()), -INFINITY);
+  EXPECT_EQ(log_add_exp(-INFINITY, -INFINITY), -INFINITY);
+  EXPECT_EQ(log_add_exp(-INFINITY, 3.0f), 3.0f);
+  EXPECT_NEAR(log_add_exp(1000.0f, 1000.0f), 1000.0f + std::log(2.0f), 1e-3);
+  const LseState s = lse_merge(lse_empty(), LseState{2.0f, 3.0f});
+  EXPECT_EQ(s.m, 2.0f);
+  EXPECT_EQ(s.s, 3.0f);
+  EXPECT_EQ(lse_rescale(0.0f, -INFINITY, 5.0f), 0.0f);
+}
+
+// ---- fp32 and bf16 against fp64 ----
+
+class Reductions : public ::testing::TestWithParam<Reduction> {};
+
+TEST_P(Reductions, Fp32OddShapesMatchFp64) {
+  const Data d = make_data(252, 507, 1231, DType::F32, 11);
+  const Options o = odd_tiles(GetParam());
+  expect_f32_matches(d, o, run_cpu(d, o));
+}
+
+TEST_P(Reductions, NaiveFp32BaselineMatchesFp64) {
+  const Data d = make_data(64, 96, 300, DType::F32, 12);
+  const Options o = odd_tiles(GetParam());
+  expect_f32_matches(d, o, run_naive(d, o));
+}
+
+TEST_P(Reductions, Bf16NoWorseThanNaiveBf16) {
+  const Data d = make_data(252, 507, 1231, DType::BF16, 13);
+  const Options o = odd_tiles(GetParam());
+  const auto ref = reference(d, o);
+  const auto ours = run_cpu(d, o);
+  const auto naive = run_naive(d, o);
+  expect_no_worse("loss", ours.loss, naive.loss, ref.loss, kBf16Atol);
+  expect_no_worse("d_hidden", ours.dh, naive.dh, ref.dh, kBf16Atol);
+  expect_no_worse("d_weight", ours.dw, naive.dw, ref.dw, kBf16Atol);
+  // fp32 accumulation leaves only the output rounding: hold the bf16 path to a few bf16 ulps of the truth too.
+  expect_rel("loss (bf16 inputs)", ours.loss, ref.loss, 1e-5);
+  expect_rel("d_hidden (bf16)", ours.dh, ref.dh, 8e-3);
+  expect_rel("d_weight (bf16)", ours.dw, ref.dw, 8e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(LinearCe, Reductions, ::testing::Values(Reduction::None, Reduction::Mean, Reduction::Sum),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+TEST(LinearCe, SoftcapAndZLossMatchFp64) {
+  const Data d = make_data(60, 130, 517, DType::F32, 14, 0.1, 6.0);
+  Options o = odd_tiles(Reduction::Sum);
+  o.softcap = 5.0f;
+  o.z_loss = 1e-3f;
+  expect_f32_matches(d, o, run_cpu(d, o));
+}
+
+TEST(LinearCe, LargeLogitsStayFinite) {
+  const Data d = make_data(40, 64, 700, DType::F32, 15, 0.1, 80.0);  // |logits| ~ 100s: exp overflows unshifted
+  const Options o = odd_tiles(Reduction::Mean);
+  const auto ours = run_cpu(d, o);
+  for (float x : ours.lse) ASSERT_TRUE(std::isfinite(x));
+  // fp32 logits of size ~300 carry ~300x more absolute rounding than size-1 ones, and exp() turns that into
+  // relative error of the probabilities, so this stress case gets 1e-4 instead of 1e-5.
+  const auto ref = reference(d, o);
+  expect_rel("loss", ours.loss, ref.loss, 1e-5);
+  expect_rel("d_hidden", ours.dh, ref.dh, 1e-4);
+  expect_rel("d_weight", ours.dw, ref.dw, 1e-4);
+}
+
+TEST(LinearCe, ExtremeTilingStillMatches) {
+  const Data d = make_data(9, 17, 23, DType::F32, 16);
+  Options o;
+  o.reduction = Reduction::Sum;
+  o.vocab_tile = 1;
+  o.token_tile = 1;
+  expect_f32_matches(d, o, run_cpu(d, o));
+}
+
+TEST(LinearCe, AllTargetsIgnoredGivesZeroLossAndGradients) {
+  for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+    const Data d = make_data(33, 40, 257, DType::F32, 17, /*ignore_frac=*/1.1);
+    const Options o = odd_tiles(r);
+    const auto ours = run_cpu(d, o);
+    for (float x : ours.loss) EXPECT_EQ(x, 0.0f) << to_string(r);
+    for (float x : ours.lse) EXPECT_TRUE(std::isfinite(x));
+    for (float x : ours.dh) ASSERT_EQ(x, 0.0f) << to_string(r);
+    for (float x : ours.dw) ASSERT_EQ(x, 0.0f) << to_string(r);
+    expect_f32_matches(d, o, ours);
+  }
+}
+
+TEST(LinearCe, OneToken) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    const Data d = make_data(1, 77, 301, t, 18, 0.0);
+    const Options o = odd_tiles(Reduction::Mean);
+    const auto ref = reference(d, o);
+    const auto ours = run_cpu(d, o);
+    if (t == DType::F32) {
+      expect_f32_matches(d, o, ours);
+    } else {
+      const auto naive = run_naive(d, o);
+      expect_no_worse("loss", ours.loss, naive.loss, ref.loss, kBf16Atol);
+      expect_no_worse("d_hidden", ours.dh, naive.dh, ref.dh, kBf16Atol);
+      expect_no_worse("d_weight", ours.dw, naive.dw, ref.dw, kBf16Atol);
+    }
+  }
+}
+
+TEST(LinearCe, VocabSmallerThanOneTile) {
+  const Data d = make_data(50, 33, 37, DType::F32, 19);
+  Options o;
+  o.vocab_tile = 2048;
+  o.reduction = Reduction::Mean;
+  expect_f32_matches(d, o, run_cpu(d, o));
+}
+
+TEST(LinearCe, ZeroTokensIsANoOp) {
+  const Data d = make_data(0, 8, 16, DType::F32, 20);
+  const auto ours = run_cpu(d, Options{});
+  EXPECT_EQ(ours.loss[0], 0.0f);
+  for (float x : ours.dw) EXPECT_EQ(x, 0.0f);
+}
+
+// ---- memory ----
+
+TEST(LinearCe, ExtraMemoryIsIndependentOfVocabulary) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    Options o;
+    o.vocab_tile = 128;
+    o.token_tile = 64;
+    const int64_t n = 200, h = 48;
+    const size_t bound = cpu_extra_bytes_bound(n, h, t, o);
+    size_t naive_prev = 0;
+    for (int64_t v : {1024, 4096, 16384}) {
+      const Data d = make_data(n, h, v, t, 21);
+      const auto ours = run_cpu(d, o);
+      const auto naive = run_naive(d, o);
+      EXPECT_GT(ours.fwd_stats.peak_extra_bytes, 0u);
+      EXPECT_LE(ours.fwd_stats.peak_extra_bytes, bound) << "V=" << v;
+      EXPECT_LE(ours.bwd_stats.peak_extra_bytes, bound) << "V=" << v;
+      // The naive baseline holds the [N x V] logits, so it grows with V and overtakes the bound.
+      EXPECT_GE(naive.fwd_stats.peak_extra_bytes, size_t(n * v) * sizeof(float));
+      EXPECT_GT(naive.bwd_stats.peak_extra_bytes, naive_prev);
+      naive_prev = naive.bwd_stats.peak_extra_bytes;
+    }
+    EXPECT_GT(naive_prev, 10 * bound) << to_string(t);
+  }
+}
+
+TEST(LinearCe, MeasuredPeakIsTheSameForEveryVocabAboveOneTile) {
+  Options o;
+  o.vocab_tile = 64;
+  const auto a = run_cpu(make_data(30, 20, 640, DType::BF16, 22), o);
+  const auto b = run_cpu(make_data(30, 20, 6400, DType::BF16, 22), o);
+  EXPECT_EQ(a.fwd_stats.peak_extra_bytes, b.fwd_stats.peak_extra_bytes);
+  EXPECT_EQ(a.bwd_stats.peak_extra_bytes, b.bwd_stats.peak_extra_bytes);
+}
+
+// ---- bad input ----
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LinearCe, BadInputGetsOneClearSentence) {
+  const Data d = make_data(4, 8, 16, DType::F32, 23);
+  std::vector<float> loss(4), lse(4);
+  auto fwd = [&](Problem p, Options o, const int64_t* tg) {
+    return error_of([&] { forward_cpu(p, DType::F32, d.hidden(), d.weight(), tg, loss.data(), lse.data(), o); });
+  };
+  const Options ok;
+  EXPECT_NE(fwd(Problem{-1, 8, 16}, ok, d.targets.data()).find("tokens must be >= 0"), std::string::npos);
+  EXPECT_NE(fwd(Problem{4, 0, 16}, ok, d.targets.data()).find("hidden must be > 0"), std::string::npos);
+  EXPECT_NE(fwd(Problem{4, 8, -3}, ok, d.targets.data()).find("vocab"), std::string::npos);
+  Options zero_tile;
+  zero_tile.vocab_tile = 0;
+  EXPECT_NE(fwd(d.problem(), zero_tile, d.targets.data()).find("vocab_tile must be > 0"), std::string::npos);
+  zero_tile = ok;
+  zero_tile.token_tile = 0;
+  EXPECT_NE(fwd(d.problem(), zero_tile, d.targets.data()).find("token_tile must be > 0"), std::string::npos);
+  std::vector<int64_t> bad = d.targets;
+  bad[2] = 16;
+  const std::string msg = fwd(d.problem(), ok, bad.data());
+  EXPECT_NE(msg.find("target[2] = 16 is outside [0, 16)"), std::string::npos) << msg;
+  bad[2] = -5;
+  EXPECT_NE(fwd(d.problem(), ok, bad.data()).find("target[2] = -5"), std::string::npos);
+  EXPECT_NE(fwd(Problem{4, 8, 16, 8, 20}, ok, d.targets.data()).find("does not fit"), std::string::npos);
+  Options neg_cap;
+  neg_cap.softcap = -1.0f;
+  EXPECT_NE(fwd(d.problem(), neg_cap, d.targets.data()).find("softcap"), std::string::npos);
+  // The naive baseline refuses a shard rather than silently computing a partial loss.
+  EXPECT_NE(error_of([&] {
+              forward_naive_cpu(Problem{4, 8, 16, 0, 32}, DType::F32, d.hidden(), d.weight(), d.targets.data(),
+                                loss.data(), lse.data(), ok);
+            }).find("single rank"),
+            std::string::npos);
+}
+
+TEST(LinearCe, CustomIgnoreIndexIsHonoured) {
+  Data d = make_data(40, 24, 90, DType::F32, 24, 0.0);
+  for (int64_t i = 0; i < d.n; i += 3) d.targets[i] = 5;  // token 5 is padding here
+  Options o = odd_tiles(Reduction::Mean);
+  o.ignore_index = 5;
+  expect_f32_matches(d, o, run_cpu(d, o));
+}
+
+// ---- vocabulary parallelism through the cross-rank hook (threads stand in for ranks) ----
+
+// In-process all-reduce for `ranks` threads: publish pointers, reduce into a private copy, then write back.
+class ThreadAllReduce {
+ public:
+  explicit ThreadAllReduce(int ranks) : ranks_(ranks), bufs_(ranks), sync_(ranks) {}
+  CrossRankAllReduce hook(int rank) {
+    return [this, rank](float* buf, size_t n, CrossRankOp op) {
+      bufs_[rank] = buf;
+      sync_.arrive_and_wait();
+      std::vector<float> out(buf, buf + n);
+      for (int r = 0; r < ranks_; ++r) {
+        if (r == rank) continue;
+        for (size_t k = 0; k < n; ++k)
+          out[k] = op == CrossRankOp::Max ? std::max(out[k], bufs_[r][k]) : out[k] + bufs_[r][k];
+      }
+      sync_.arrive_and_wait();
+      std::copy(out.begin(), out.end(), buf);
+    };
+  }
+
+ private:
+  int ranks_;
+  std::vector<float*> bufs_;
+  std::barrier<> sync_;
+};
+
+TEST(LinearCe, VocabShardsCombinedThroughHookMatchSingleRank) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    const Data d = make_data(70, 45, 1231, t, 25);
+    Options o = odd_tiles(Reduction::Mean);
+    o.softcap = 20.0f;
+    o.z_loss = 1e-4f;
+    const auto whole = run_cpu(d, o);
+    const int ranks = 4;
+    const int64_t shard = (d.v + ranks - 1) / ranks;  // uneven last shard
+    ThreadAllReduce ar(ranks);
+    std::vector<test::Outputs> per(ranks);
+    std::vector<std::thread> th;
+    for (int r = 0; r < ranks; ++r) {
+      th.emplace_back([&, r] {
+        const int64_t start = r * shard, size = std::min(shard, d.v - start);
+        const Problem p{d.n, d.h, size, start, d.v};
+        const size_t es = dtype_bytes(t);
+        const void* w = static_cast<const char*>(d.weight()) + start * d.h * es;
+        auto& out = per[r];
+        out.loss.assign(1, 0.0f);
+        out.lse.assign(d.n, 0.0f);
+        forward_cpu(p, t, d.hidden(), w, d.targets.data(), out.loss.data(), out.lse.data(), o, nullptr, ar.hook(r));
+        const float one = 1.0f;
+        std::vector<char> dh(d.n * d.h * es), dw(size * d.h * es);
+        backward_cpu(p, t, d.hidden(), w, d.targets.data(), out.lse.data(), &one, dh.data(), dw.data(), o, nullptr,
+                     ar.hook(r));
+        for (int64_t k = 0; k < d.n * d.h; ++k)
+          out.dh.push_back(t == DType::BF16 ? bf16_to_float(reinterpret_cast<bf16*>(dh.data())[k])
+                                            : reinterpret_cast<float*>(dh.data())[k]);
+        for (int64_t k = 0; k < size * d.h; ++k)
+          out.dw.push_back(t == DType::BF16 ? bf16_to_float(reinterpret_cast<bf16*>(dw.data())[k])
+                                            : reinterpret_cast<float*>(dw.data())[k]);
+      });
+    }
+    for (auto& x : th) x.join();
+    const double tol = t == DType::F32 ? 1e-5 : 8e-3;  // bf16: one output rounding may land either side
+    std::vector<double> whole_dw(whole.dw.begin(), whole.dw.end());
+    for (int r = 0; r < ranks; ++r) {
+      expect_rel("loss", per[r].loss, std::vector<double>(whole.loss.begin(), whole.loss.end()), 1e-5);
+      expect_rel("lse", per[r].lse, std::vector<double>(whole.lse.begin(), whole.lse.end()), 1e-5);
+      expect_rel("d_hidden", per[r].dh, std::vector<double>(whole.dh.begin(), whole.dh.end()), tol);
+    }
+    std::vector<float> dw_cat;
+    for (int r = 0; r < ranks; ++r) dw_cat.insert(dw_cat.end(), per[r].dw.begin(), per[r].dw.end());
+    expect_rel("d_weight", dw_cat, whole_dw, tol);
+  }
+}
+
+}  // namespace
+}  // namespace lcplan::linear_ce
