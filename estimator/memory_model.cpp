@@ -152,35 +152,51 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
   return out;
 }
 
-StageParams stage_params(const ModelSpec& m, const Plan& p, int stage) {
-  const Parallel& q = p.parallel;
-  const int chunks = q.pp * q.vpp;
-  const StageLayout lay{q.pp, q.vpp, std::max(1, int(m.layers.size()) / chunks)};
-  StageParams sp;
-  auto add_unit = [&](const LayerParams& lp) {
-    const double tp_sharded = lp.mixer + lp.dense_mlp + lp.shared_experts;
-    const double dense = tp_sharded / q.tp + lp.mixer_replicated + lp.router + lp.norms;
-    const double expert = lp.routed_experts / (double(q.ep) * q.etp);
-    sp.dense += dense;
-    sp.expert += expert;
-    sp.max_unit = std::max(sp.max_unit, dense + expert);
+namespace {
+
+// One FSDP unit (a layer) on this GPU: TP-sharded weights / tp + replicated vectors, experts / (ep*etp).
+struct UnitParams {
+  double dense = 0, expert = 0;
+};
+UnitParams unit_params(const LayerParams& lp, const Parallel& q) {
+  return {(lp.mixer + lp.dense_mlp + lp.shared_experts) / q.tp + lp.mixer_replicated + lp.router + lp.norms,
+          lp.routed_experts / (double(q.ep) * q.etp)};
+}
+
+// Embedding on the first stage; LM head, final norm and MTP modules on the last (Megatron's placement).
+void add_edge_units(const ModelSpec& m, const Parallel& q, int stage, StageParams& sp) {
+  auto add_unit = [&](const UnitParams& u) {
+    sp.dense += u.dense;
+    sp.expert += u.expert;
+    sp.max_unit = std::max(sp.max_unit, u.dense + u.expert);
   };
-  for (int i = 0; i < int(m.layers.size()); ++i)
-    if (lay.stage_of(i) == stage) add_unit(layer_params(m, m.layers[i]));
   const double table = double(m.vocab) * m.hidden / q.tp;  // vocab-parallel embedding / LM head
-  if (stage == 0) {
-    sp.dense += table;
-    sp.max_unit = std::max(sp.max_unit, table);
-  }
+  if (stage == 0) add_unit({table, 0});
   if (stage == q.pp - 1) {
     // Untied models have an LM head; tied ones keep a copy of the embedding on the last stage when pp > 1 (Megatron).
-    if (!m.tied_embeddings || q.pp > 1) {
-      sp.dense += table;
-      sp.max_unit = std::max(sp.max_unit, table);
-    }
+    if (!m.tied_embeddings || q.pp > 1) add_unit({table, 0});
     sp.dense += m.hidden;  // final norm
-    for (int i = 0; i < m.mtp_layers; ++i) add_unit(mtp_module_params(m));  // Megatron places MTP on the last stage
+    if (m.mtp_layers > 0) {
+      const UnitParams u = unit_params(mtp_module_params(m), q);
+      for (int i = 0; i < m.mtp_layers; ++i) add_unit(u);
+    }
   }
+}
+
+}  // namespace
+
+StageParams stage_params(const ModelSpec& m, const Plan& p, int stage) {
+  const Parallel& q = p.parallel;
+  const StageLayout lay{q.pp, q.vpp, std::max(1, int(m.layers.size()) / (q.pp * q.vpp))};
+  StageParams sp;
+  for (int i = 0; i < int(m.layers.size()); ++i) {
+    if (lay.stage_of(i) != stage) continue;
+    const UnitParams u = unit_params(layer_params(m, m.layers[i]), q);
+    sp.dense += u.dense;
+    sp.expert += u.expert;
+    sp.max_unit = std::max(sp.max_unit, u.dense + u.expert);
+  }
+  add_edge_units(m, q, stage, sp);
   return sp;
 }
 
@@ -203,19 +219,47 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
   const double workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * groups;
 
   // Activations per distinct layer kind are the same on every stage: compute each kind once.
+  // Parameters and activations per distinct layer kind are the same everywhere: compute each kind once.
   struct Kind {
     LayerSpec spec;
+    UnitParams params;
     LayerActivation rec, keep;  // recomputed / not recomputed
   };
   std::vector<Kind> kinds;
-  std::vector<int> kind_of(m.layers.size());
+  kinds.reserve(6);
+  // Per-stage sums gathered in one pass over the layers (the search calls this millions of times).
+  struct StageAcc {
+    StageParams params;
+    double act = 0, working = 0, inflight_sum = 0;
+    int layers = 0;
+    bool has_moe = false;
+  };
+  std::vector<StageAcc> acc(q.pp);
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const LayerSpec& l = m.layers[i];
     size_t k = 0;
     while (k < kinds.size() && !(kinds[k].spec.mixer == l.mixer && kinds[k].spec.ffn == l.ffn)) ++k;
-    if (k == kinds.size()) kinds.push_back({l, layer_activation(m, p, l, full), layer_activation(m, p, l, false)});
-    kind_of[i] = int(k);
+    if (k == kinds.size())
+      kinds.push_back({l, unit_params(layer_params(m, l), q), layer_activation(m, p, l, full), layer_activation(m, p, l, false)});
+    const Kind& kind = kinds[k];
+    const int r = lay.stage_of(int(i));
+    const int j = lay.vchunk_of(int(i));
+    StageAcc& a = acc[r];
+    a.params.dense += kind.params.dense;
+    a.params.expert += kind.params.expert;
+    a.params.max_unit = std::max(a.params.max_unit, kind.params.dense + kind.params.expert);
+    const int pos = int(i) % lay.per_chunk;  // Megatron "block" recompute: the first N layers of each chunk
+    const bool rec = full && (p.recompute_layers == 0 || pos < p.recompute_layers);
+    const LayerActivation& la = rec ? kind.rec : kind.keep;
+    const double n_in = inflight(r, j, q.pp, q.vpp, mbs);
+    a.act += n_in * la.saved;
+    a.inflight_sum += n_in;
+    // Chunked EP under full recompute rematerializes and backprops one chunk of routed tokens at a time.
+    if (rec) a.working = std::max(a.working, (la.full - la.moe_tokens) + la.moe_tokens * chunk_factor - la.saved);
+    a.has_moe = a.has_moe || l.ffn == FfnKind::MoE;
+    a.layers++;
   }
+  const double moe_tok = routed_tokens(m, p, s);
   double mtp_saved = 0, mtp_working = 0;
   if (m.mtp_layers > 0 && !m.layers.empty()) {
     const LayerActivation a = layer_activation(m, p, m.layers.back(), full);
@@ -229,7 +273,8 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
     StageMemory st;
     st.stage = r;
     const bool last = r == q.pp - 1;
-    const StageParams sp = stage_params(m, p, r);
+    StageParams& sp = acc[r].params;
+    add_edge_units(m, q, r, sp);
 
     MemoryBreakdown stat;
     const double grad_b = cal.main_grad_bytes;
@@ -255,36 +300,15 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
     if (p.offload.optimizer) stat.optimizer = 0;
 
     // Saved activations of in-flight microbatches, and the largest rematerialized layer's extra working set.
-    double act = 0, working = 0, moe_tok = 0;
-    bool stage_has_moe = false;
-    double inflight_weighted = 0;
-    for (size_t i = 0; i < m.layers.size(); ++i) {
-      if (lay.stage_of(int(i)) != r) continue;
-      const int j = lay.vchunk_of(int(i));
-      const int pos = int(i) % lay.per_chunk;  // Megatron "block" recompute: the first N layers of each chunk
-      const bool rec = full && (p.recompute_layers == 0 || pos < p.recompute_layers);
-      const Kind& k = kinds[kind_of[i]];
-      const LayerActivation& a = rec ? k.rec : k.keep;
-      const double n_in = inflight(r, j, q.pp, q.vpp, mbs);
-      act += n_in * a.saved;
-      inflight_weighted += n_in;
-      if (rec) {
-        // Chunked EP under full recompute rematerializes and backprops one chunk of routed tokens at a time.
-        const double w = (a.full - a.moe_tokens) + a.moe_tokens * chunk_factor - a.saved;
-        working = std::max(working, w);
-      }
-      if (m.layers[i].ffn == FfnKind::MoE) {
-        stage_has_moe = true;
-        moe_tok = routed_tokens(m, p, s);
-      }
-      st.layers++;
-    }
+    double act = acc[r].act, working = acc[r].working;
+    st.layers = acc[r].layers;
+    const bool stage_has_moe = acc[r].has_moe;
     if (last) {
       act += mtp_saved;  // MTP modules run on the last stage for the one microbatch in flight there
       if (full) working = std::max(working, mtp_working);
     }
     if (p.offload.activations) act = 0;  // saved activations live on the host; the working set stays
-    st.inflight_microbatches = st.layers > 0 ? inflight_weighted / st.layers : 0;
+    st.inflight_microbatches = st.layers > 0 ? acc[r].inflight_sum / st.layers : 0;
 
     const double moe_buf = stage_has_moe ? cal.moe_buffer_copies * kBf16 * moe_tok * m.hidden * chunk_factor : 0;
 
