@@ -43,7 +43,9 @@ const std::vector<CoefficientInfo>& coefficient_table() {
       {"time.a2a_network_efficiency", &Calibration::a2a_network_efficiency, "all-to-all across nodes: achieved / network bandwidth", true, 0.05, 1.0},
       {"time.a2a_latency", &Calibration::a2a_latency, "extra seconds per MoE all-to-all (count exchange, host sync)", true, 0, 1e-2},
       {"time.tp_overlap", &Calibration::tp_overlap, "fraction of TP collectives hidden under GEMMs", true, 0, 1},
+      {"time.ep_overlap", &Calibration::ep_overlap, "fraction of exposed EP all-to-all hidden by cross-microbatch overlap (Megatron 1F1B A2A overlap)", true, 0, 1},
       {"time.dp_overlap", &Calibration::dp_overlap, "fraction of compute available to hide DP/FSDP collectives", true, 0, 1},
+      {"time.dist_opt_overlap", &Calibration::dist_opt_overlap, "1 = DP grad reduce / param gather overlapped with compute, 0 = exposed", false, 0, 1},
       {"time.interference", &Calibration::interference, "compute slowdown per second of overlapped communication", true, 0, 1},
       {"time.optimizer_bytes_per_param", &Calibration::optimizer_bytes_per_param, "HBM bytes per local parameter in the optimizer step", false, 0, 1000},
   };

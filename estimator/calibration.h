@@ -50,7 +50,9 @@ struct Calibration {
   double a2a_network_efficiency = 0;       // all-to-all across nodes
   double a2a_latency = 0;                  // extra seconds per MoE all-to-all (count exchange, host sync)
   double tp_overlap = 0;                   // fraction of TP collectives hidden under GEMMs
+  double ep_overlap = 0;                   // fraction of exposed EP all-to-all hidden by cross-microbatch overlap
   double dp_overlap = 0;                   // fraction of compute available to hide DP / FSDP collectives
+  double dist_opt_overlap = 0;             // 1 = grad reduce / param gather overlapped (Megatron --overlap-grad-reduce/--overlap-param-gather), 0 = exposed
   double interference = 0;                 // compute slowdown per second of overlapped communication
   double optimizer_bytes_per_param = 0;    // HBM bytes moved per local parameter by the optimizer step
 

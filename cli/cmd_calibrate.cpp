@@ -1,0 +1,70 @@
+// lcplan calibrate: fit calibration coefficients to measured runs (least squares) and report the fit error.
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "estimator/calibrate_fit.h"
+#include "models/data_dir.h"
+#include "models/json_file.h"
+#include "models/user_error.h"
+
+namespace lcplan {
+
+namespace {
+struct CalibrateArgs {
+  std::string measurements;
+  std::string out;
+  std::string implementation;
+  std::string fit;
+  bool no_loo = false;
+};
+
+std::vector<std::string> split_keys(const std::string& s) {
+  std::vector<std::string> keys;
+  std::stringstream in(s);
+  std::string k;
+  while (std::getline(in, k, ','))
+    if (!k.empty()) keys.push_back(k);
+  return keys;
+}
+}  // namespace
+
+void register_calibrate(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<CalibrateArgs>();
+  auto* cmd = app.add_subcommand("calibrate", "fit calibration coefficients to measured runs (memory and time)");
+  cmd->add_option("--measurements", args->measurements, "measurements JSON (array of {id, plan, peak_bytes|step_seconds|tflops_per_gpu})")
+      ->required();
+  cmd->add_option("--out", args->out, "write the fitted calibration JSON here")->required();
+  cmd->add_option("--implementation", args->implementation,
+                  "starting calibration profile (megatron, bumblebee, lcplan or a path); default: the plans' implementation");
+  cmd->add_option("--fit", args->fit, "comma-separated coefficients to fit (default: every fittable one)");
+  cmd->add_flag("--no-loo", args->no_loo, "skip the leave-one-out refits");
+  cmd->callback([args, &exit_code]() {
+    const std::string dir = data_dir();
+    const std::vector<Measurement> ms = load_measurements(args->measurements);
+    std::string impl = args->implementation;
+    if (impl.empty()) {
+      impl = ms.front().plan.implementation;
+      for (const Measurement& m : ms)
+        if (m.plan.implementation != impl)
+          throw UserError("measurements use implementations \"" + impl + "\" and \"" + m.plan.implementation +
+                          "\"; choose the starting profile with --implementation");
+    }
+    const Calibration start = load_calibration(impl, dir);
+    FitOptions opt;
+    opt.keys = split_keys(args->fit);
+    opt.source = args->measurements;
+    opt.leave_one_out = !args->no_loo;
+    const FitResult r = fit_calibration(resolve_measurements(ms, dir), start, opt);
+    std::fputs(fit_report(r).c_str(), stdout);
+    nlohmann::json j = calibration_to_json(r.calibration);
+    j["description"] = "fitted by lcplan calibrate from " + args->measurements + " starting from " + impl;
+    write_file_atomic(args->out, j.dump(2) + "\n");
+    std::printf("wrote %s\n", args->out.c_str());
+    exit_code = 0;
+  });
+}
+
+}  // namespace lcplan

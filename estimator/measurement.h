@@ -1,0 +1,48 @@
+// Measurement: what a real run (or the executor) observed for one plan; the input of `lcplan calibrate`.
+//
+// JSON record (README "Measurement"): {"id": "...", "source": <string or object>, "plan": {recipe.json},
+//   "scope": "step" | "moe_layer", "peak_bytes": x, "step_seconds": x, "tflops_per_gpu": x, "notes": "..."}
+// At least one of peak_bytes / step_seconds / tflops_per_gpu is required. scope "moe_layer" measures one MoE layer
+// forward+backward on one rank (the article's chunked-EP proxy) and takes step_seconds only.
+// A file holds a JSON array of records, or {"measurements": [...]}. Unknown fields are errors naming the field.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "estimator/hardware.h"
+#include "estimator/plan.h"
+#include "models/model_spec.h"
+
+namespace lcplan {
+
+enum class MeasurementScope { Step, MoeLayer };
+
+struct Measurement {
+  std::string id;
+  std::string source;
+  Plan plan;
+  MeasurementScope scope = MeasurementScope::Step;
+  std::optional<double> peak_bytes;
+  std::optional<double> step_seconds;
+  std::optional<double> tflops_per_gpu;
+};
+
+// Throws UserError naming the record and the field.
+Measurement measurement_from_json(const nlohmann::json& j, const std::string& where);
+std::vector<Measurement> measurements_from_json(const nlohmann::json& j, const std::string& where);
+std::vector<Measurement> load_measurements(const std::string& path);
+
+// A measurement with the model and hardware its plan names, resolved once.
+struct MeasuredCase {
+  Measurement meas;
+  ModelSpec model;
+  Hardware hw;
+};
+// Loads each plan's model (zoo name or path) and hardware from data_dir; checks each plan is valid.
+std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir);
+
+}  // namespace lcplan

@@ -1,0 +1,143 @@
+// Time model behaviour: link tiers, collectives, chunked EP, recompute, bubble, launch floor, FP8.
+#include <gtest/gtest.h>
+
+#include "estimator/calibration.h"
+#include "estimator/hardware.h"
+#include "estimator/time_model.h"
+#include "models/data_dir.h"
+#include "models/zoo.h"
+
+namespace lcplan {
+namespace {
+
+Plan qwen_plan() {
+  Plan p;
+  p.model = "qwen3.5-35b-a3b";
+  p.gpus = 32;
+  p.seq_len = 131072;
+  p.parallel.ep = 8;
+  p.parallel.cp = 4;
+  p.recompute = Recompute::Full;
+  p.optimizer_sharding = OptimizerSharding::Fsdp;
+  p.linear_ce = true;
+  return p;
+}
+
+struct Fixture : ::testing::Test {
+  ModelSpec m = load_model("qwen3.5-35b-a3b", data_dir());
+  Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
+  Calibration cal = load_calibration("lcplan", data_dir());
+};
+
+TEST(Tier, FlipsFromNvlinkToNetworkWhenAGroupSpansNodes) {
+  // 16 GPUs, 8 per node, Megatron order tp-cp-dp-pp: tp=8 fills a node; ep=16 spans both nodes.
+  const RankLayout l = make_rank_layout(16, 8, 1, 1, 16, 1);
+  EXPECT_EQ(group_tier(l, Group::TP, 8), LinkTier::NVLink);
+  EXPECT_EQ(group_tier(l, Group::EP, 8), LinkTier::Network);
+  EXPECT_EQ(group_tier(l, Group::DP, 8), LinkTier::Network);  // dp ranks 0 and 8
+  // The same tp=8 group on 4-GPU nodes crosses the network.
+  EXPECT_EQ(group_tier(l, Group::TP, 4), LinkTier::Network);
+  const RankLayout small = make_rank_layout(16, 2, 1, 1, 8, 1);
+  EXPECT_EQ(group_tier(small, Group::EP, 8), LinkTier::NVLink);  // ep 8 over ranks 0..7
+}
+
+TEST_F(Fixture, NetworkCollectivesAreSlowerAndTpCommGrowsAcrossNodes) {
+  const double b = 256e6;
+  EXPECT_GT(collective_seconds(Collective::AllGather, b, 8, LinkTier::Network, 2, hw, cal),
+            collective_seconds(Collective::AllGather, b, 8, LinkTier::NVLink, 1, hw, cal));
+  EXPECT_NEAR(collective_seconds(Collective::AllReduce, b, 8, LinkTier::NVLink, 1, hw, cal) - cal.nvlink_latency,
+              2 * (collective_seconds(Collective::ReduceScatter, b, 8, LinkTier::NVLink, 1, hw, cal) - cal.nvlink_latency), 1e-12);
+  Plan p = qwen_plan();
+  p.parallel.tp = 4;
+  p.parallel.cp = 1;
+  p.gpus_per_node = 8;
+  const double in_node = estimate_time(m, p, hw, cal).breakdown.exposed_comm.tp;
+  p.gpus_per_node = 2;  // tp=4 now spans two nodes
+  const double across = estimate_time(m, p, hw, cal).breakdown.exposed_comm.tp;
+  EXPECT_GT(in_node, 0);
+  EXPECT_GT(across, 2 * in_node);
+}
+
+TEST_F(Fixture, OutputsAreConsistent) {
+  const Plan p = qwen_plan();
+  const TimeEstimate t = estimate_time(m, p, hw, cal);
+  const TimeBreakdown& b = t.breakdown;
+  EXPECT_NEAR(t.step_seconds, b.compute + b.recompute + b.exposed_comm.total() + b.bubble + b.launch_overhead + b.optimizer,
+              1e-9 * t.step_seconds);
+  EXPECT_NEAR(t.tflops_per_gpu, t.model_flops_per_step / t.step_seconds / p.gpus / 1e12, 1e-9);
+  EXPECT_NEAR(t.mfu, t.tflops_per_gpu * 1e12 / hw.peak_bf16_flops, 1e-12);
+  EXPECT_NEAR(t.tokens_per_second_per_gpu, effective_global_batch(p) * 131072.0 / t.step_seconds / 32, 1e-6);
+  EXPECT_GT(t.mfu, 0.05);
+  EXPECT_LT(t.mfu, 0.8);
+  EXPECT_FALSE(t.bottleneck.empty());
+}
+
+TEST_F(Fixture, FullRecomputeAddsAForwardButNotModelFlops) {
+  Plan p = qwen_plan();
+  const TimeEstimate full = estimate_time(m, p, hw, cal);
+  p.recompute = Recompute::None;
+  const TimeEstimate none = estimate_time(m, p, hw, cal);
+  EXPECT_DOUBLE_EQ(full.model_flops_per_step, none.model_flops_per_step);
+  EXPECT_EQ(none.breakdown.recompute, 0);
+  // Recompute replays the forward: about half the backward's compute, i.e. ~1/3 of fwd+bwd.
+  EXPECT_NEAR(full.breakdown.recompute / full.breakdown.compute, 1.0 / 3, 0.08);
+  EXPECT_LT(full.tflops_per_gpu, none.tflops_per_gpu);
+}
+
+TEST_F(Fixture, BubbleShrinksWithVppAndMicrobatches) {
+  Plan p = qwen_plan();
+  p.parallel.pp = 4;
+  p.parallel.cp = 1;
+  p.seq_len = 32768;
+  p.global_batch = 8 * 4;  // dp 8, 4 microbatches
+  const TimeEstimate a = estimate_time(m, p, hw, cal);
+  p.parallel.vpp = 2;
+  const TimeEstimate b = estimate_time(m, p, hw, cal);
+  EXPECT_NEAR(b.breakdown.bubble / a.breakdown.bubble, 0.5, 0.1);
+  p.parallel.vpp = 1;
+  p.global_batch = 8 * 16;
+  const TimeEstimate c = estimate_time(m, p, hw, cal);
+  // Bubble is (pp-1)/(m*vpp) of the m microbatches' time: the same absolute time, a smaller share of the step.
+  EXPECT_NEAR(c.breakdown.bubble, a.breakdown.bubble, 1e-9 * a.breakdown.bubble);
+  EXPECT_LT(c.breakdown.bubble / c.step_seconds, 0.5 * a.breakdown.bubble / a.step_seconds);
+}
+
+TEST_F(Fixture, ChunkedEpHidesAllToAll) {
+  // With the article-fitted profile: whether chunking pays depends on the all-to-all / GEMM balance it was fitted to.
+  cal = load_calibration("bumblebee", data_dir());
+  Plan p = qwen_plan();
+  const TimeEstimate one = estimate_time(m, p, hw, cal);
+  p.moe.ep_chunks = 2;
+  const TimeEstimate two = estimate_time(m, p, hw, cal);
+  EXPECT_LT(two.breakdown.exposed_comm.ep, one.breakdown.exposed_comm.ep);
+  EXPECT_GT(two.tflops_per_gpu, one.tflops_per_gpu);
+}
+
+TEST_F(Fixture, ShortLocalSequencesPayTheLaunchFloor) {
+  Plan p = qwen_plan();
+  p.recompute = Recompute::None;
+  p.seq_len = 4096;
+  p.parallel.cp = 4;  // 1K tokens per GPU
+  const TimeEstimate short_seq = estimate_time(m, p, hw, cal);
+  p.seq_len = 131072;
+  const TimeEstimate long_seq = estimate_time(m, p, hw, cal);
+  EXPECT_GT(short_seq.breakdown.launch_overhead / short_seq.step_seconds, long_seq.breakdown.launch_overhead / long_seq.step_seconds);
+  EXPECT_LT(short_seq.mfu, long_seq.mfu);
+}
+
+TEST_F(Fixture, Fp8SpeedsUpGemmsOnly) {
+  const ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.gpus = 8;
+  p.seq_len = 8192;
+  const TimeEstimate bf16 = estimate_time(llama, p, hw, cal);
+  p.precision = Precision::FP8;
+  const TimeEstimate fp8 = estimate_time(llama, p, hw, cal);
+  EXPECT_LT(fp8.step_seconds, bf16.step_seconds);
+  EXPECT_GT(fp8.step_seconds, 0.5 * bf16.step_seconds);  // attention and elementwise stay at bf16 speed
+  EXPECT_DOUBLE_EQ(fp8.model_flops_per_step, bf16.model_flops_per_step);
+}
+
+}  // namespace
+}  // namespace lcplan
