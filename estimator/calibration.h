@@ -34,6 +34,7 @@ struct Calibration {
   double attention_half_seq = 0;           // local sequence at half attention efficiency
   double linear_attention_efficiency = 0;  // gated DeltaNet chunked kernels: fraction of bf16 peak
   double fp8_gemm_efficiency_ratio = 0;    // FP8 GEMM efficiency relative to bf16 (applied at the fp8 peak)
+  double fp8_grouped_gemm_efficiency_ratio = 0;  // the same for grouped expert GEMMs
   double linear_ce_slowdown = 0;           // loss layer time with linear CE / with materialized logits
   double hbm_efficiency = 0;               // memory-bound kernels: fraction of HBM bandwidth
   double elementwise_passes = 0;           // hidden-sized bf16 tensors read+written per layer forward (norms, residual, act)
@@ -48,7 +49,7 @@ struct Calibration {
   double network_efficiency = 0;           // ring collectives: achieved bus bandwidth / network bandwidth
   double a2a_nvlink_efficiency = 0;        // all-to-all inside a node
   double a2a_network_efficiency = 0;       // all-to-all across nodes
-  double a2a_latency = 0;                  // extra seconds per MoE all-to-all (count exchange, host sync)
+  double a2a_latency = 0;                  // seconds per dropless MoE layer forward: token-count exchange + host sync
   double tp_overlap = 0;                   // fraction of TP collectives hidden under GEMMs
   double ep_overlap = 0;                   // fraction of exposed EP all-to-all hidden by cross-microbatch overlap
   double dp_overlap = 0;                   // fraction of compute available to hide DP / FSDP collectives

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "estimator/rank_layout.h"
+#include "estimator/pipeline_split.h"
 #include "models/params.h"
 
 namespace lcplan {
@@ -116,13 +116,6 @@ void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const Shape
   if (e.shared_experts > 0) mlp_acts(m, s.S, double(e.shared_experts) * e.shared_ffn / s.t, a, false);
 }
 
-struct StageLayout {
-  int pp, vpp, per_chunk;
-  // Stage and virtual-chunk index of decoder layer i (Megatron interleaved assignment: chunk c -> stage c % pp).
-  int stage_of(int i) const { return (i / per_chunk) % pp; }
-  int vchunk_of(int i) const { return (i / per_chunk) / pp; }
-};
-
 // Microbatches whose activations virtual chunk j of stage r holds at the stage's peak (1F1B).
 // No VPP: pp - r (Korthikanti et al. 2022 section 4.2.3). VPP: mbridge memory_estimator/estimate_013.py.
 double inflight(int r, int j, int pp, int vpp, int m) {
@@ -187,7 +180,7 @@ void add_edge_units(const ModelSpec& m, const Parallel& q, int stage, StageParam
 
 StageParams stage_params(const ModelSpec& m, const Plan& p, int stage) {
   const Parallel& q = p.parallel;
-  const StageLayout lay{q.pp, q.vpp, std::max(1, int(m.layers.size()) / (q.pp * q.vpp))};
+  const PipelineSplit lay = split_layers(int(m.layers.size()), q.pp, q.vpp).value();
   StageParams sp;
   for (int i = 0; i < int(m.layers.size()); ++i) {
     if (lay.stage_of(i) != stage) continue;
@@ -207,8 +200,7 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
   const int mbs = num_microbatches(p);
   const double dense_shard = double(dp) * q.cp;  // ranks sharing the same dense parameters (Megatron dist-opt group)
   const double edp = double(q.tp) * q.cp * dp / (double(q.ep) * q.etp);  // expert data parallel size
-  const int chunks = q.pp * q.vpp;
-  const StageLayout lay{q.pp, q.vpp, std::max(1, int(m.layers.size()) / chunks)};
+  const PipelineSplit lay = split_layers(int(m.layers.size()), q.pp, q.vpp).value();
   const bool full = p.recompute == Recompute::Full;
   const int n_chunks = std::max(1, p.moe.ep_chunks);
   // With n chunks one chunk's MoE buffers are live, plus the overlapped neighbour's share (article section 2.4).
@@ -248,7 +240,7 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
     a.params.dense += kind.params.dense;
     a.params.expert += kind.params.expert;
     a.params.max_unit = std::max(a.params.max_unit, kind.params.dense + kind.params.expert);
-    const int pos = int(i) % lay.per_chunk;  // Megatron "block" recompute: the first N layers of each chunk
+    const int pos = lay.pos_in_chunk(int(i));  // Megatron "block" recompute: the first N layers of each chunk
     const bool rec = full && (p.recompute_layers == 0 || pos < p.recompute_layers);
     const LayerActivation& la = rec ? kind.rec : kind.keep;
     const double n_in = inflight(r, j, q.pp, q.vpp, mbs);

@@ -1,5 +1,6 @@
 #include "estimator/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -9,19 +10,25 @@
 namespace lcplan {
 
 int data_parallel(const Plan& p) {
-  const int model = p.parallel.tp * p.parallel.pp * p.parallel.cp;
-  return model > 0 ? p.gpus / model : 0;
+  const Parallel& q = p.parallel;
+  if (q.tp <= 0 || q.pp <= 0 || q.cp <= 0) return 0;
+  // 64-bit and stopping early: tp*pp*cp of unchecked input can overflow int (and, all three huge, int64).
+  const int64_t tp_pp = int64_t(q.tp) * q.pp;
+  if (tp_pp > p.gpus) return 0;
+  return static_cast<int>(p.gpus / (tp_pp * q.cp));
 }
 
 int effective_global_batch(const Plan& p) {
   if (p.global_batch > 0) return p.global_batch;
   // Default: enough microbatches to fill the pipeline (pp per DP rank), the smallest batch without an oversized bubble.
-  return p.micro_batch * data_parallel(p) * p.parallel.pp;
+  // Saturates instead of overflowing int on absurd input; check_plan then rejects the batch.
+  const int64_t gb = int64_t(p.micro_batch) * data_parallel(p) * p.parallel.pp;
+  return static_cast<int>(std::clamp<int64_t>(gb, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
 }
 
 int num_microbatches(const Plan& p) {
-  const int per_step = p.micro_batch * data_parallel(p);
-  return per_step > 0 ? effective_global_batch(p) / per_step : 0;
+  const int64_t per_step = int64_t(p.micro_batch) * data_parallel(p);
+  return per_step > 0 ? static_cast<int>(effective_global_batch(p) / per_step) : 0;
 }
 
 const char* to_string(Precision v) { return v == Precision::BF16 ? "bf16" : "fp8"; }

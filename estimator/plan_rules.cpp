@@ -1,5 +1,9 @@
 #include "estimator/plan_rules.h"
 
+#include <algorithm>
+#include <cstdio>
+
+#include "estimator/pipeline_split.h"
 #include "models/user_error.h"
 
 namespace lcplan {
@@ -58,11 +62,19 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
     if (v < 1) return fail(Rule::Positive, std::string(name) + " = " + std::to_string(v) + " must be at least 1");
   if (p.global_batch < 0) return fail(Rule::Positive, "global_batch = " + std::to_string(p.global_batch) + " must be positive (or 0 for the default)");
   if (p.gpus_per_node < 0) return fail(Rule::Positive, "gpus_per_node = " + std::to_string(p.gpus_per_node) + " must be positive");
+  // The time model walks communicator groups rank by rank: a typo like --gpus 100000000 must not hang or exhaust memory.
+  constexpr int kMaxGpus = 1 << 20;
+  if (p.gpus > kMaxGpus)
+    return fail(Rule::Positive, "gpus = " + std::to_string(p.gpus) + " is out of range (valid: 1 to " + std::to_string(kMaxGpus) + ")");
 
+  // Divisibility step by step: the product tp*pp*cp of unchecked input can overflow even 64 bits.
+  if (p.gpus % q.tp != 0 || (p.gpus / q.tp) % q.pp != 0 || (p.gpus / q.tp / q.pp) % q.cp != 0) {
+    const double model_par = double(q.tp) * q.pp * q.cp;
+    char prod[64];
+    std::snprintf(prod, sizeof prod, "%.0f", model_par);
+    return fail(Rule::GpusDivisible, "gpus = " + std::to_string(p.gpus) + " is not divisible by tp*pp*cp = " + prod);
+  }
   const long model_par = static_cast<long>(q.tp) * q.pp * q.cp;
-  if (p.gpus % model_par != 0)
-    return fail(Rule::GpusDivisible, "gpus = " + std::to_string(p.gpus) + " is not divisible by tp*pp*cp = " +
-                                         std::to_string(model_par));
   const int dp = static_cast<int>(p.gpus / model_par);
 
   auto heads_rule = [&](long heads, const char* what) -> std::optional<RuleViolation> {
@@ -95,7 +107,7 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
                                      " experts (valid ep: " + divisors(m.moe.num_experts, p.gpus) + ")");
   const long stage_ranks = static_cast<long>(q.tp) * q.cp * dp;
   if (stage_ranks % (static_cast<long>(q.ep) * q.etp) != 0)
-    return fail(Rule::ExpertGroup, "ep*etp = " + std::to_string(q.ep * q.etp) + " does not divide the " +
+    return fail(Rule::ExpertGroup, "ep*etp = " + std::to_string(static_cast<long>(q.ep) * q.etp) + " does not divide the " +
                                        std::to_string(stage_ranks) + " ranks of a pipeline stage (tp*cp*dp)");
   if (moe && m.moe.expert_ffn % q.etp != 0)
     return fail(Rule::EtpFfn, "etp = " + std::to_string(q.etp) + " does not divide the expert ffn size " + std::to_string(m.moe.expert_ffn));
@@ -103,9 +115,12 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (q.vpp > 1 && q.pp == 1) return fail(Rule::VppNeedsPp, "vpp = " + std::to_string(q.vpp) + " needs pp > 1 (use vpp = 1 with pp = 1)");
   const long chunks = static_cast<long>(q.pp) * q.vpp;
   const long layers = static_cast<long>(m.layers.size());
-  if (layers % chunks != 0)
-    return fail(Rule::LayersSplit, "pp*vpp = " + std::to_string(chunks) + " does not divide the " + std::to_string(layers) +
-                                       " layers (valid pp*vpp: " + divisors(layers) + ")");
+  // More virtual stages than layers (+2) can never split; checking first keeps pp*vpp from overflowing int in split_layers.
+  const auto split = chunks <= layers + 2 ? split_layers(int(layers), q.pp, q.vpp) : std::nullopt;
+  if (!split)
+    return fail(Rule::LayersSplit, "pp*vpp = " + std::to_string(chunks) + " does not split the " + std::to_string(layers) +
+                                       " layers (Megatron needs pp*vpp to divide the layers, or the layers + 2 when the "
+                                       "embedding and loss count as layers; divisors of the layers: " + divisors(layers) + ")");
 
   const long need = q.cp > 1 ? 2L * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
   if (p.seq_len % need != 0)
@@ -116,13 +131,14 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   const int gb = effective_global_batch(p);
   if (gb % (static_cast<long>(p.micro_batch) * dp) != 0)
     return fail(Rule::BatchDivisible, "global_batch = " + std::to_string(gb) + " is not divisible by micro_batch*dp = " +
-                                          std::to_string(p.micro_batch * dp));
+                                          std::to_string(static_cast<long>(p.micro_batch) * dp));
 
   if (p.moe.ep_chunks < 1 || p.moe.ep_chunks > 8)
     return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " is out of range (valid: 1 to 8)");
   if (!moe && p.moe.ep_chunks > 1)
     return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " needs a MoE model (use 1)");
-  const long tokens_per_rank = p.seq_len * p.micro_batch / (static_cast<long>(q.cp) * q.tp);
+  // seq_len / (cp*tp) is exact (SeqDivisible above); dividing first and capping keeps a huge seq_len from overflowing.
+  const long tokens_per_rank = std::min(p.seq_len / (static_cast<long>(q.cp) * q.tp), 1L << 31) * p.micro_batch;
   if (p.moe.ep_chunks > tokens_per_rank)
     return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " exceeds the " +
                                      std::to_string(tokens_per_rank) + " tokens each rank routes");
@@ -131,7 +147,7 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (!(p.moe.capacity_factor >= 0) || p.moe.capacity_factor > 64)
     return fail(Rule::MoeRouting, "capacity_factor = " + std::to_string(p.moe.capacity_factor) + " is out of range (valid: 0 = dropless, or up to 64)");
 
-  const long per_chunk = layers / chunks;
+  const long per_chunk = split->per_chunk;
   if (p.recompute_layers < 0 || p.recompute_layers > per_chunk)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) +
                                            " is out of range (valid: 0 = all, up to the " + std::to_string(per_chunk) +

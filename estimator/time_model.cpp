@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "estimator/flops.h"
+#include "estimator/pipeline_split.h"
 #include "models/params.h"
 
 namespace lcplan {
@@ -78,6 +79,7 @@ struct Ctx {
   bool sp = false;
   double gemm_peak = 0;  // peak of the plan's precision for GEMMs (FP8 applies to GEMMs only)
   double gemm_scale = 1; // fp8 efficiency ratio
+  double grouped_scale = 1;  // fp8 efficiency ratio of grouped expert GEMMs
   RankLayout layout;
   int gpn = 8;
   LinkTier t_tp{}, t_cp{}, t_ep{}, t_pp{}, t_dpcp{}, t_edp{};
@@ -97,6 +99,7 @@ struct Ctx {
     const bool fp8 = p.precision == Precision::FP8 && hw.peak_fp8_flops > hw.peak_bf16_flops;
     gemm_peak = fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
     gemm_scale = fp8 ? c.fp8_gemm_efficiency_ratio : 1.0;
+    grouped_scale = fp8 ? c.fp8_grouped_gemm_efficiency_ratio : 1.0;
     gpn = p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node;
     layout = make_rank_layout(p.gpus, q.tp, q.pp, q.cp, q.ep, q.etp);
     auto tier = [&](Group g, int& nodes) {
@@ -117,7 +120,7 @@ struct Ctx {
   }
   double grouped(double flops, double tokens_per_expert) const {
     return flops /
-           (gemm_peak * gemm_scale * efficiency_curve(c.grouped_gemm_efficiency, c.grouped_gemm_half_tokens, tokens_per_expert));
+           (gemm_peak * grouped_scale * efficiency_curve(c.grouped_gemm_efficiency, c.grouped_gemm_half_tokens, tokens_per_expert));
   }
   double attention(double flops, double local_seq) const {
     return flops / (hw.peak_bf16_flops * efficiency_curve(c.attention_efficiency, c.attention_half_seq, local_seq));
@@ -184,10 +187,11 @@ MoeLayerTime moe_time(const Ctx& x) {
   const double shared = lf.shared > 0 ? x.gemm(lf.shared * x.tok_frac / x.tp, x.S) : 0;
   const double routed = x.grouped(lf.routed * x.tok_frac / sp_tp * f, tpe / n) * n;  // n smaller GEMMs
   const double permute = x.memory(c.moe_permute_passes * copies * h * kBf16);
-  // Per chunk: one NCCL all-to-all. Per layer forward: one token-count exchange + host sync to size the buffers
-  // (field-notes "Chunked expert-parallel overlap"); routing is computed once, so chunking does not repeat it.
+  // Per chunk: one NCCL all-to-all. Per layer forward, dropless routing needs the token counts on the host to size
+  // its buffers (a count exchange + device-to-host sync, field-notes "Chunked expert-parallel overlap"); token
+  // dropping pads every expert to capacity, so its shapes are static and it skips the sync.
   const double a2a = x.ep > 1 ? x.coll(Collective::AllToAll, copies / n * h * kBf16, int(x.ep), x.t_ep, x.n_ep) : 0;
-  const double sync = x.ep > 1 ? c.a2a_latency : 0;
+  const double sync = cf > 0 ? 0 : c.a2a_latency;
 
   MoeLayerTime t;
   // Forward: dispatch, expert GEMMs (+ permutation), combine per chunk; per-chunk launch floor.
@@ -336,8 +340,7 @@ MoeLayerTime moe_layer_time(const ModelSpec& m, const Plan& p, const Hardware& h
 TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal) {
   const Ctx x(m, p, hw, cal);
   const Parallel& q = p.parallel;
-  const int chunks = q.pp * q.vpp;
-  const int per_chunk = std::max(1, int(m.layers.size()) / chunks);
+  const PipelineSplit split = split_layers(int(m.layers.size()), q.pp, q.vpp).value();
   const bool full = p.recompute == Recompute::Full;
   const bool has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
   const MoeLayerTime moe = has_moe ? moe_time(x) : MoeLayerTime{};
@@ -358,8 +361,8 @@ TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw
   // Per-microbatch time of each stage; the slowest stage is the pipeline's clock.
   std::vector<Cost> stage(q.pp);
   for (int i = 0; i < int(m.layers.size()); ++i) {
-    const int r = (i / per_chunk) % q.pp;  // Megatron interleaved assignment: chunk c -> stage c % pp
-    const bool rec = full && (p.recompute_layers == 0 || i % per_chunk < p.recompute_layers);
+    const int r = split.stage_of(i);  // Megatron interleaved assignment: chunk c -> stage c % pp
+    const bool rec = full && (p.recompute_layers == 0 || split.pos_in_chunk(i) < p.recompute_layers);
     stage[r].add(cost_of(m.layers[i], rec));
   }
   Cost& last = stage[q.pp - 1];
@@ -414,7 +417,7 @@ TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw
     for (int i = 0; i < int(m.layers.size()); ++i) {
       const LayerSpec& l = m.layers[i];
       if (!have || l.mixer != prev.mixer || l.ffn != prev.ffn) lp = layer_params(m, l), prev = l, have = true;
-      const int r = (i / per_chunk) % q.pp;
+      const int r = split.stage_of(i);
       sd[r] += (lp.mixer + lp.dense_mlp + lp.shared_experts) / q.tp + lp.mixer_replicated + lp.router + lp.norms;
       se[r] += lp.routed_experts / (double(q.ep) * q.etp);
     }

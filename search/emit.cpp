@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "estimator/pipeline_split.h"
+
 namespace lcplan {
 
 namespace {
@@ -98,7 +100,9 @@ std::string megatron_flags(const Plan& p, const ModelSpec& m) {
   std::ostringstream o;
   const Parallel& q = p.parallel;
   o << "--tensor-model-parallel-size " << q.tp << " --pipeline-model-parallel-size " << q.pp;
-  if (q.vpp > 1) o << " --num-layers-per-virtual-pipeline-stage " << m.layers.size() / (q.pp * q.vpp);
+  const auto split = split_layers(int(m.layers.size()), q.pp, q.vpp);
+  if (q.vpp > 1 && split) o << " --num-layers-per-virtual-pipeline-stage " << split->per_chunk;
+  if (split && split->edge_short) o << " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   o << " --context-parallel-size " << q.cp;
   if (q.cp > 1) o << " --cp-comm-type p2p";
   if (q.ep > 1 || q.etp > 1) o << " --expert-model-parallel-size " << q.ep << " --expert-tensor-parallel-size " << q.etp;

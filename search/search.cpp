@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "estimator/pipeline_split.h"
+
 namespace lcplan {
 
 namespace {
@@ -117,7 +119,7 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
                               visit();
                             }
                           } else {
-                            const int per_chunk = std::max(1, layers / std::max(1, pp * vpp));
+                            const int per_chunk = split_layers(layers, pp, vpp).value().per_chunk;
                             for (double f : space.recompute_fractions) {
                               // Fractions that round to "all" or repeat a count are the same plan: count, skip.
                               const int n = f >= 1.0 ? 0 : std::max(1, static_cast<int>(f * per_chunk));

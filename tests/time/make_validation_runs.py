@@ -69,8 +69,10 @@ for k, r in newest.items():
         skipped.append((r["id"], "LoRA fine-tuning (frozen base weights) is not a plan lcplan models")); continue
     model = zoo[base]
     vpp = r["VPP"] or 1
-    if layers[model] % (r["PP"] * vpp):
-        skipped.append((r["id"], f"{layers[model]} layers do not split evenly over pp*vpp = {r['PP'] * vpp} (uneven pipeline split not expressible)")); continue
+    chunks = r["PP"] * vpp
+    # Megatron splits layers evenly, or layers + 2 when embedding and loss count as layers (estimator/pipeline_split.h).
+    if layers[model] % chunks and (chunks <= 2 or (layers[model] + 2) % chunks):
+        skipped.append((r["id"], f"{layers[model]} layers do not split over pp*vpp = {chunks} by either Megatron rule (needs a custom pipeline layout)")); continue
     drop = "tokendrop" in r["model"]
     plan = {"model": model, "hardware": "h100-sxm-80gb", "gpus": r["num_gpus"], "seq_len": r["seq_len"],
             "micro_batch": r["micro_batch"], "global_batch": r["global_batch"],
