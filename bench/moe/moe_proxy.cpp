@@ -17,25 +17,13 @@
 #include "models/data_dir.h"
 #include "models/user_error.h"
 #include "models/zoo.h"
+#include "bench/moe/proxy_common.h"
 
 namespace {
 
 using namespace lcplan;
-
-int parse_tokens(const std::string& s) {
-  // "4k" = 4096 tokens, as the article writes local sequence lengths.
-  size_t pos = 0;
-  long v = 0;
-  try {
-    v = std::stol(s, &pos);
-  } catch (...) {
-    throw UserError("sequence length '" + s + "' is not a number like 4096 or 4k");
-  }
-  if (pos < s.size() && (s[pos] == 'k' || s[pos] == 'K')) v *= 1024, ++pos;
-  if (pos != s.size() || v < 1 || v > (1 << 24))
-    throw UserError("sequence length '" + s + "' is not a number like 4096 or 4k between 1 and 16M");
-  return static_cast<int>(v);
-}
+using moe_proxy::label_seq;
+using moe_proxy::parse_tokens;
 
 struct Timing {
   double fwd = 0, bwd = 0;  // seconds, slowest rank, median over iterations
@@ -71,8 +59,6 @@ Timing time_layer(const comm::Comm& ep, const moe::MoeConfig& c, const moe::MoeW
   };
   return {median(f), median(b)};
 }
-
-std::string label_seq(int t) { return t % 1024 == 0 ? std::to_string(t / 1024) + "K" : std::to_string(t); }
 
 }  // namespace
 
@@ -123,22 +109,8 @@ int main(int argc, char** argv) {
     comm::Comm ep = comm::split(world, group_ranks(layout, Group::EP, world.rank));
 
     const ModelSpec spec = load_model(model, data_dir());
-    if (spec.moe.num_experts == 0) throw UserError("model " + model + " has no MoE layers to proxy");
-    moe::MoeConfig c;
-    c.hidden = hidden;
-    c.experts = experts;
-    c.top_k = top_k;
-    c.expert_ffn = ffn;
-    c.shared_ffn = spec.moe.shared_experts > 0 ? (shared_ffn >= 0 ? shared_ffn : ffn) : 0;
-    c.shared_gate = spec.moe.shared_expert_gate;
-    if (spec.moe.router == RouterKind::SigmoidGroupLimited) {
-      c.router = moe::Router::SigmoidGroupLimited;
-      // Keep the model's group structure where the scaled expert count allows it.
-      c.n_group = std::max(1, std::min(spec.moe.n_group, experts));
-      while (experts % c.n_group) --c.n_group;
-      c.topk_group = std::min(spec.moe.topk_group, c.n_group);
-      while (c.topk_group * (experts / c.n_group) < top_k && c.topk_group < c.n_group) ++c.topk_group;
-    }
+    const moe::MoeConfig c =
+        moe_proxy::layer_config(spec, hidden, experts, ffn, top_k, shared_ffn >= 0 ? shared_ffn : ffn);
     std::vector<int> tokens;
     for (const auto& s : seqs) tokens.push_back(parse_tokens(s));
     const moe::MoeWeights w = moe::make_weights(c, ep.rank, ep.size, 42);  // throws: EP must divide experts

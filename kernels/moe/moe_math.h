@@ -143,6 +143,29 @@ LCPLAN_HD void expert_major_rows(const int* expert_of_slot, int n, int E, int* o
   offsets[0] = 0;
 }
 
+// Parallel form of expert_major_rows, the one the GPU runs: slots are cut into `tiles` tiles of `tile` slots.
+// Phase 1 (one worker per tile) counts the tile's slots per expert into counts[e * tiles + tile]; an exclusive
+// scan of that expert-major array gives each (expert, tile) its first row; phase 2 (one worker per tile) walks the
+// tile's slots in order from those bases. Tiles of an expert are scanned in slot order and each tile keeps slot
+// order, so the rows equal expert_major_rows exactly (stable), whatever the tile size.
+LCPLAN_HD int tiles_of(int n, int tile) { return (n + tile - 1) / tile; }
+LCPLAN_HD void tile_expert_counts(const int* expert_of_slot, int n, int E, int tile, int ti, int* counts) {
+  const int tiles = tiles_of(n, tile);
+  for (int e = 0; e < E; ++e) counts[e * tiles + ti] = 0;
+  const int end = (ti + 1) * tile < n ? (ti + 1) * tile : n;
+  for (int i = ti * tile; i < end; ++i) ++counts[expert_of_slot[i] * tiles + ti];
+}
+// `base` is the exclusive scan of counts; this tile's column is used as its cursors (no other tile touches it).
+LCPLAN_HD void tile_scatter_rows(const int* expert_of_slot, int n, int tile, int ti, int* base, int* row_of_slot) {
+  const int tiles = tiles_of(n, tile);
+  const int end = (ti + 1) * tile < n ? (ti + 1) * tile : n;
+  for (int i = ti * tile; i < end; ++i) row_of_slot[i] = base[expert_of_slot[i] * tiles + ti]++;
+}
+// offsets[e] = first row of expert e (read from the scanned bases before scattering), offsets[E] = n.
+LCPLAN_HD int expert_offset_from_bases(const int* base, int n, int E, int tile, int e) {
+  return e < E && n > 0 ? base[e * tiles_of(n, tile)] : n;
+}
+
 // Row offsets of block (src s, local expert e) in a buffer of P sources x L local experts, counts[s*L+e] rows.
 // Source-major is how rows arrive from the all-to-all; expert-major is what the grouped GEMM wants.
 LCPLAN_HD int64_t block_offset_src_major(const int64_t* counts, int P, int L, int s, int e) {

@@ -103,6 +103,31 @@ TEST(Permutation, StableExpertMajorRows) {
   EXPECT_EQ(std::vector<int>(row, row + 8), (std::vector<int>{5, 0, 3, 1, 6, 4, 2, 7}));
 }
 
+TEST(Permutation, TiledParallelFormEqualsSequential) {
+  // The GPU's count -> scan -> scatter phases, run here tile by tile in reverse order (as unordered workers may),
+  // must give exactly the sequential stable rows, for tile sizes that split experts across tiles.
+  for (int n : {0, 1, 7, 64, 203})
+    for (int tile : {1, 3, 16, 64, 256}) {
+      const int E = 6;
+      std::vector<int> expert(n);
+      for (int i = 0; i < n; ++i) expert[i] = (i * 7 + i / 5) % E == 2 ? 4 : (i * 7 + i / 5) % E;  // expert 2 empty
+      std::vector<int> off_seq(E + 1), row_seq(n), off_par(E + 1), row_par(n, -1);
+      expert_major_rows(expert.data(), n, E, off_seq.data(), row_seq.data());
+      const int tiles = tiles_of(n, tile);
+      std::vector<int> counts(size_t(E) * tiles), base(counts.size());
+      for (int ti = tiles - 1; ti >= 0; --ti) tile_expert_counts(expert.data(), n, E, tile, ti, counts.data());
+      int run = 0;
+      for (size_t i = 0; i < counts.size(); ++i) base[i] = run, run += counts[i];
+      for (int e = 0; e <= E; ++e) off_par[e] = expert_offset_from_bases(base.data(), n, E, tile, e);
+      for (int ti = tiles - 1; ti >= 0; --ti) tile_scatter_rows(expert.data(), n, tile, ti, base.data(), row_par.data());
+      EXPECT_EQ(off_par, off_seq) << "n " << n << " tile " << tile;
+      EXPECT_EQ(row_par, row_seq) << "n " << n << " tile " << tile;
+      if (n > 0) {
+        EXPECT_EQ(off_seq[3] - off_seq[2], 0);
+      }
+    }
+}
+
 TEST(Permutation, BlockOffsetsSourceAndExpertMajor) {
   // 2 sources x 3 local experts; counts[s*3+e]
   const int64_t counts[6] = {2, 0, 1, 3, 4, 0};

@@ -1,0 +1,176 @@
+// The GPU MoE layer (NCCL + cuBLAS + moe_cuda kernels, two streams) against the CPU layer under mpirun: forward
+// outputs, input grads and weight grads, for 1-4 chunks, asymmetric chunks, starved experts, overlap on and off,
+// fp32 and bf16. Every rank skips together when any rank lacks a usable device (or this node has fewer devices
+// than ranks: NCCL cannot put two ranks on one GPU).
+#include <cuda_runtime.h>
+#include <mpi.h>
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/moe_gpu.h"
+#include "tests/comm/mpi_env.h"
+#include "tests/moe/layer_util.h"
+
+LCPLAN_MPI_TEST_MAIN;
+
+namespace lcplan::moe::tests {
+namespace {
+
+// Empty when every rank can run; otherwise the reason, identical on every rank.
+std::string gpu_skip_reason() {
+  int ok = lcplan::gpu::device_available() ? 1 : 0;
+  int devices = 0;
+  if (ok) CUDA_CHECK(cudaGetDeviceCount(&devices));
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  int enough = ok && devices >= local ? 1 : 0;
+  int flags[2] = {ok, enough};
+  MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!flags[0]) return "no usable CUDA device on some rank";
+  if (!flags[1]) return "fewer CUDA devices than ranks on a node (NCCL needs one GPU per rank)";
+  return "";
+}
+
+void pick_device() {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int local = 0;
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  CUDA_CHECK(cudaSetDevice(local % n));
+}
+
+struct DevF {
+  float* p = nullptr;
+  size_t n = 0;
+  explicit DevF(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(float))); }
+  explicit DevF(const std::vector<float>& h) : DevF(h.size()) {
+    CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~DevF() { cudaFree(p); }
+  std::vector<float> get() const {
+    std::vector<float> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+MoeConfig config(Router kind) {
+  MoeConfig c;
+  c.hidden = 32;
+  c.experts = 8;
+  c.top_k = 3;
+  c.expert_ffn = 24;
+  c.shared_ffn = 16;
+  c.shared_gate = true;
+  c.router = kind;
+  if (kind == Router::SigmoidGroupLimited) {
+    c.n_group = 4;
+    c.topk_group = 2;
+    c.scale = 2.5f;
+  }
+  return c;
+}
+
+Pass gpu_pass(gpu::MoeLayerGpu& layer, const ChunkSchedule& s, const std::vector<float>& x, int tokens,
+              const std::vector<float>& dout) {
+  DevF d_x(x), d_dout(dout), d_out(x.size()), d_dx(x.size());
+  layer.forward(s, d_x.p, tokens, d_out.p);
+  layer.backward(s, d_dout.p, d_dx.p);
+  CUDA_CHECK(cudaStreamSynchronize(layer.stream()));
+  Pass p;
+  p.out = d_out.get();
+  p.dx = d_dx.get();
+  p.grads = layer.grads();
+  return p;
+}
+
+void expect_close(const Pass& gpu, const Pass& cpu, double tol, const std::string& what) {
+  EXPECT_LE(rel_err(gpu.out, cpu.out), tol) << what << " out";
+  EXPECT_LE(rel_err(gpu.dx, cpu.dx), tol) << what << " dx";
+  const auto a = tensors(gpu.grads), b = tensors(cpu.grads);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(rel_err(*a[i].second, *b[i].second), tol) << what << " " << a[i].first;
+}
+
+TEST(MoeGpu, RefusesAnMpiCommunicator) {
+  // Checked before any CUDA call, so this runs (and must pass) on machines without a GPU too.
+  comm::Comm world = comm::world_mpi();
+  const MoeConfig c = config(Router::SoftmaxTopK);
+  const MoeWeights w = make_weights(c, world.rank, world.size, 1);
+  const std::string m = invalid_argument_of([&] { gpu::MoeLayerGpu layer(world, c, w); });
+  EXPECT_NE(m.find("needs an NCCL communicator"), std::string::npos) << m;
+  comm::free_comm(world);
+}
+
+TEST(MoeGpu, MatchesCpuLayerForwardAndBackward) {
+  const std::string skip = gpu_skip_reason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  pick_device();
+  comm::Comm mpi = comm::world_mpi();
+  comm::Comm nccl = comm::world_nccl();
+  for (Router kind : {Router::SoftmaxTopK, Router::SigmoidGroupLimited}) {
+    const MoeConfig c = config(kind);
+    MoeWeights w = make_weights(c, mpi.rank, mpi.size, 7);
+    // Starve experts 2, 3 and 5 under the sigmoid router (and with them group {4,5}): some experts, and with
+    // EP = 4 whole ranks, receive no rows, so empty GEMMs and empty all-to-all pairs are exercised.
+    if (kind == Router::SigmoidGroupLimited) w.expert_bias[2] = w.expert_bias[3] = w.expert_bias[5] = -10.f;
+    const int T = 9 + 4 * mpi.rank;
+    const auto x = inputs(T, c.hidden, mpi.rank), dout = inputs(T, c.hidden, 100 + mpi.rank);
+    const Pass cpu = run_pass(mpi, c, w, make_chunk_schedule(1), x, T, dout, ExecOptions{false, 64});
+
+    for (bool bf16 : {false, true}) {
+      for (bool overlap : {true, false}) {
+        gpu::GpuOptions o;
+        o.bf16 = bf16;
+        o.overlap = overlap;
+        o.time_steps = overlap;  // exercise the timing path too
+        gpu::MoeLayerGpu layer(nccl, c, w, o);
+        // bf16 rounds tokens, weights and activations (8 bits of mantissa): a wrong row or route is O(1) off.
+        const double tol = bf16 ? 3e-2 : 1e-4;
+        for (int n = 1; n <= 4; ++n)
+          for (bool asym : {false, true}) {
+            std::vector<double> wts;
+            if (asym) wts.assign(n, 1.0), wts[0] = 3.0;
+            const ChunkSchedule s = make_chunk_schedule(n, wts);
+            const Pass g = gpu_pass(layer, s, x, T, dout);
+            expect_close(g, cpu, tol,
+                         "router " + std::to_string(int(kind)) + (bf16 ? " bf16" : " fp32") +
+                             (overlap ? " overlap" : " serial") + " chunks " + std::to_string(n) +
+                             (asym ? " asymmetric" : ""));
+            if (o.time_steps) {  // EXPECT, not ASSERT: a rank leaving early would hang the others in NCCL
+              const auto ft = layer.step_times(false);
+              EXPECT_EQ(ft.size(), s.forward.size());
+              for (const StepTime& st : ft) EXPECT_LE(st.start, st.end);
+            }
+          }
+        // What moved matches the counts: every slot dispatched once.
+        EXPECT_EQ(layer.traffic().rows_sent, int64_t(T) * c.top_k);
+      }
+    }
+  }
+  comm::free_comm(nccl);
+  comm::free_comm(mpi);
+}
+
+TEST(MoeGpu, BadInputFailsOnEveryRank) {
+  const std::string skip = gpu_skip_reason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  pick_device();
+  comm::Comm nccl = comm::world_nccl();
+  const MoeConfig c = config(Router::SoftmaxTopK);
+  const MoeWeights w = make_weights(c, nccl.rank, nccl.size, 1);
+  gpu::MoeLayerGpu layer(nccl, c, w, {});
+  // More chunks than tokens on rank 0 only: every rank must throw instead of waiting in NCCL.
+  const int T = nccl.rank == 0 ? 2 : 8;
+  DevF x(size_t(T) * c.hidden), out(size_t(T) * c.hidden);
+  const std::string m = invalid_argument_of([&] { layer.forward(make_chunk_schedule(3), x.p, T, out.p); });
+  EXPECT_NE(m.find("ep_chunks = 3 is more than the 2 local tokens on EP rank 0"), std::string::npos) << m;
+  comm::free_comm(nccl);
+}
+
+}  // namespace
+}  // namespace lcplan::moe::tests
