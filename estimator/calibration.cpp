@@ -49,6 +49,8 @@ const std::vector<CoefficientInfo>& coefficient_table() {
       {"time.dist_opt_overlap", &Calibration::dist_opt_overlap, "1 = DP grad reduce / param gather overlapped with compute, 0 = exposed", false, 0, 1},
       {"time.interference", &Calibration::interference, "compute slowdown per second of overlapped communication", true, 0, 1},
       {"time.optimizer_bytes_per_param", &Calibration::optimizer_bytes_per_param, "HBM bytes per local parameter in the optimizer step", false, 0, 1000},
+      {"time.host_link_efficiency", &Calibration::host_link_efficiency, "fraction of the host link (PCIe / C2C) bandwidth achieved by offload copies", true, 0.05, 1},
+      {"time.cpu_adam_params_per_second", &Calibration::cpu_adam_params_per_second, "parameters per second one GPU's share of the host CPU updates (offloaded Adam)", true, 1e6, 1e11},
   };
   return table;
 }

@@ -56,6 +56,8 @@ struct Calibration {
   double dist_opt_overlap = 0;             // 1 = grad reduce / param gather overlapped (Megatron --overlap-grad-reduce/--overlap-param-gather), 0 = exposed
   double interference = 0;                 // compute slowdown per second of overlapped communication
   double optimizer_bytes_per_param = 0;    // HBM bytes moved per local parameter by the optimizer step
+  double host_link_efficiency = 0;         // achieved fraction of the host link bandwidth for offload copies
+  double cpu_adam_params_per_second = 0;   // offloaded Adam: parameters per second per GPU's share of the host CPU
 
   std::map<std::string, std::string> provenance;  // coefficient name -> where its value comes from
 };

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "estimator/rank_layout.h"
 
 namespace lcplan {
 
@@ -68,7 +67,8 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
                    {"pp", t.exposed_comm.pp}, {"dp_fsdp", t.exposed_comm.dp_fsdp}}},
                  {"bubble", t.bubble},
                  {"launch_overhead", t.launch_overhead},
-                 {"optimizer", t.optimizer}}}};
+                 {"optimizer", t.optimizer},
+                 {"offload", t.offload}}}};
   j["fits"] = e.fits;
   j["warnings"] = e.warnings;
   return j;
@@ -108,10 +108,10 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
   const TimeBreakdown& b = t.breakdown;
   std::snprintf(line, sizeof line,
                 "\nTime per step: %.3f s  |  %.1f TFLOP/s per GPU (model FLOPs)  |  MFU %.1f%%  |  %.0f tokens/s per GPU\n"
-                "  compute %.3f s, recompute %.3f s, bubble %.3f s, launch %.3f s, optimizer %.3f s\n"
+                "  compute %.3f s, recompute %.3f s, bubble %.3f s, launch %.3f s, optimizer %.3f s, offload %.3f s\n"
                 "  exposed comm: tp %.3f s, cp %.3f s, ep %.3f s, pp %.3f s, dp/fsdp %.3f s  (bottleneck: %s)\n",
                 t.step_seconds, t.tflops_per_gpu, 100 * t.mfu, t.tokens_per_second_per_gpu, b.compute, b.recompute,
-                b.bubble, b.launch_overhead, b.optimizer, b.exposed_comm.tp, b.exposed_comm.cp, b.exposed_comm.ep,
+                b.bubble, b.launch_overhead, b.optimizer, b.offload, b.exposed_comm.tp, b.exposed_comm.cp, b.exposed_comm.ep,
                 b.exposed_comm.pp, b.exposed_comm.dp_fsdp, t.bottleneck.c_str());
   o << line;
   for (const auto& w : e.warnings) o << "warning: " << w << "\n";

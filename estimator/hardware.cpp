@@ -28,6 +28,7 @@ Hardware hardware_from_json(const nlohmann::json& j, const std::string& name) {
   h.peak_fp8_flops = positive(j, "peak_fp8_flops", name);
   h.nvlink_bandwidth = positive(j, "nvlink_bandwidth", name);
   h.network_bandwidth = positive(j, "network_bandwidth", name);
+  h.host_bandwidth = positive(j, "host_bandwidth", name);
   const double gpn = positive(j, "gpus_per_node", name);
   if (gpn != static_cast<int>(gpn) || gpn > 4096)
     throw UserError("hardware \"" + name + "\": field \"gpus_per_node\" must be a whole number up to 4096");

@@ -16,6 +16,7 @@ struct Hardware {
   double peak_fp8_flops = 0;       // dense, FLOP/s
   double nvlink_bandwidth = 0;     // bytes/s per GPU per direction inside the NVLink domain
   double network_bandwidth = 0;    // bytes/s per GPU per direction across nodes
+  double host_bandwidth = 0;       // bytes/s per GPU per direction to host memory (PCIe or C2C), for offload
   int gpus_per_node = 8;           // GPUs behind one NVLink domain (NVL72: 72)
   std::string source;
 };

@@ -67,16 +67,7 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (p.gpus > kMaxGpus)
     return fail(Rule::Positive, "gpus = " + std::to_string(p.gpus) + " is out of range (valid: 1 to " + std::to_string(kMaxGpus) + ")");
 
-  // Divisibility step by step: the product tp*pp*cp of unchecked input can overflow even 64 bits.
-  if (p.gpus % q.tp != 0 || (p.gpus / q.tp) % q.pp != 0 || (p.gpus / q.tp / q.pp) % q.cp != 0) {
-    const double model_par = double(q.tp) * q.pp * q.cp;
-    char prod[64];
-    std::snprintf(prod, sizeof prod, "%.0f", model_par);
-    return fail(Rule::GpusDivisible, "gpus = " + std::to_string(p.gpus) + " is not divisible by tp*pp*cp = " + prod);
-  }
-  const long model_par = static_cast<long>(q.tp) * q.pp * q.cp;
-  const int dp = static_cast<int>(p.gpus / model_par);
-
+  // Model-structure rules first: their sentences say more than a divisibility of the GPU count.
   auto heads_rule = [&](long heads, const char* what) -> std::optional<RuleViolation> {
     if (heads > 0 && heads % q.tp != 0)
       return fail(Rule::TpHeads, "tp = " + std::to_string(q.tp) + " does not divide the " + std::to_string(heads) + " " +
@@ -98,6 +89,17 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   }
   if (has_kind(m, MixerKind::MLA))
     if (auto v = heads_rule(m.mla.heads, "MLA heads")) return v;
+
+
+  // Divisibility step by step: the product tp*pp*cp of unchecked input can overflow even 64 bits.
+  if (p.gpus % q.tp != 0 || (p.gpus / q.tp) % q.pp != 0 || (p.gpus / q.tp / q.pp) % q.cp != 0) {
+    const double model_par = double(q.tp) * q.pp * q.cp;
+    char prod[64];
+    std::snprintf(prod, sizeof prod, "%.0f", model_par);
+    return fail(Rule::GpusDivisible, "gpus = " + std::to_string(p.gpus) + " is not divisible by tp*pp*cp = " + prod);
+  }
+  const long model_par = static_cast<long>(q.tp) * q.pp * q.cp;
+  const int dp = static_cast<int>(p.gpus / model_par);
 
   const bool moe = has_moe(m);
   if (!moe && q.ep > 1) return fail(Rule::EpExperts, "ep = " + std::to_string(q.ep) + " needs a MoE model (" + m.name + " is dense: use ep = 1)");

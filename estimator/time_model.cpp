@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "estimator/flops.h"
+#include "estimator/memory_model.h"
 #include "estimator/pipeline_split.h"
 #include "models/params.h"
 
@@ -199,7 +200,7 @@ MoeLayerTime moe_time(const Ctx& x) {
   const double chunk_f_gpu = (routed + permute) / n;
   const double chunk_f = std::max(chunk_f_gpu, floor_f);
   const double span_f = sync + chunk_schedule(n, a2a, chunk_f, a2a, 0);
-  const double exposed_f = span_f - n * chunk_f;
+  const double exposed_f = std::max(0.0, span_f - n * chunk_f);  // rounding can leave -1e-14
   const double hidden_f = std::max(0.0, 2 * n * a2a + sync - exposed_f);
   t.exposed_comm_forward = exposed_f;
   t.launch_forward = n * (chunk_f - chunk_f_gpu);
@@ -211,7 +212,7 @@ MoeLayerTime moe_time(const Ctx& x) {
   const double chunk_b = std::max(chunk_b_gpu, 2 * floor_f);
   const double span_b = n == 1 ? chunk_schedule(1, a2a, chunk_b, a2a, 0)
                                : chunk_schedule(n, a2a, chunk_b / 2, a2a, n * chunk_b / 2);
-  const double exposed_b = span_b - n * chunk_b;
+  const double exposed_b = std::max(0.0, span_b - n * chunk_b);
   const double hidden_b = std::max(0.0, 2 * n * a2a - exposed_b);
   t.exposed_comm_backward = exposed_b;
   t.launch_backward = n * (chunk_b - chunk_b_gpu);
@@ -457,20 +458,39 @@ TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw
   const double shard = p.optimizer_sharding == OptimizerSharding::None
                            ? dense + expert
                            : dense / std::max(1, n_dpcp) + expert / std::max(1, n_edp);
-  br.optimizer = x.memory(cal.optimizer_bytes_per_param * shard);
+  if (p.offload.optimizer) {
+    // Offloaded Adam (ZeRO-Offload, arXiv 2101.06840): fp32 gradients down, bf16 parameters up the host link,
+    // the update on the CPU; neither overlaps the step's compute.
+    const double host_bw = hw.host_bandwidth * cal.host_link_efficiency;
+    br.optimizer = shard * (cal.main_grad_bytes + kBf16) / host_bw + shard / cal.cpu_adam_params_per_second;
+  } else {
+    br.optimizer = x.memory(cal.optimizer_bytes_per_param * shard);
+  }
+  if (p.offload.activations) {
+    // Saved activations go to the host after each layer's forward and come back for its backward; the copy engines
+    // run beside compute, so only what exceeds the overlappable share of the stage's compute is exposed.
+    double saved = 0;
+    for (int i = 0; i < int(m.layers.size()); ++i)
+      if (split.stage_of(i) == clock) saved += layer_activation(m, p, m.layers[i], full).saved;
+    const double copy = 2 * saved / (hw.host_bandwidth * cal.host_link_efficiency);
+    br.offload = mb * std::max(0.0, copy - cal.dp_overlap * (c.fwd + c.bwd + c.recompute));
+  }
 
-  out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer;
+  out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
+                     br.offload;
   out.model_flops_per_step = model_flops_per_step(m, p);
   const double peak = p.precision == Precision::FP8 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
   out.tflops_per_gpu = out.model_flops_per_step / out.step_seconds / p.gpus / 1e12;
   out.mfu = out.tflops_per_gpu * 1e12 / peak;
   out.tokens_per_second_per_gpu = double(effective_global_batch(p)) * p.seq_len / out.step_seconds / p.gpus;
 
+  // The bottleneck is the largest overhead beyond the model's own compute and the recompute the plan chose:
+  // what a different layout could win back.
   const std::pair<const char*, double> terms[] = {
-      {"compute", br.compute},           {"recompute", br.recompute},         {"exposed_comm.tp", br.exposed_comm.tp},
+      {"exposed_comm.tp", br.exposed_comm.tp},
       {"exposed_comm.cp", br.exposed_comm.cp}, {"exposed_comm.ep", br.exposed_comm.ep}, {"exposed_comm.pp", br.exposed_comm.pp},
       {"exposed_comm.dp_fsdp", br.exposed_comm.dp_fsdp}, {"bubble", br.bubble}, {"launch_overhead", br.launch_overhead},
-      {"optimizer", br.optimizer}};
+      {"optimizer", br.optimizer}, {"offload", br.offload}};
   const auto* top = std::max_element(std::begin(terms), std::end(terms),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   out.bottleneck = top->first;

@@ -23,7 +23,8 @@ struct TimeBreakdown {
   ExposedComm exposed_comm;
   double bubble = 0;           // pipeline bubble (s)
   double launch_overhead = 0;  // per-kernel launch floor x kernel count not hidden by long kernels (s)
-  double optimizer = 0;        // optimizer step (s)
+  double optimizer = 0;        // optimizer step, on the host when offloaded (s)
+  double offload = 0;          // exposed host<->device copies of offloaded state (s)
 };
 
 struct TimeEstimate {

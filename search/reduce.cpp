@@ -131,8 +131,23 @@ ReducedRecipe reduce_recipe(const ModelSpec& m, const Plan& base, const Hardware
     const double bt = best.estimate.time.tokens_per_second_per_gpu;
     out.throughput_gap = bt > 0 ? (bt - out.plan.estimate.time.tokens_per_second_per_gpu) / bt : 0;
     out.memory_delta_bytes = out.plan.estimate.memory.peak_bytes - best.estimate.memory.peak_bytes;
-    if (out.throughput_gap > rules.pp_pays_fraction)
-      out.broken.push_back(fmt("the recipe loses %.1f%% throughput to the exhaustive best", 100 * out.throughput_gap));
+    if (out.throughput_gap > rules.pp_pays_fraction) {
+      // Name the rules the faster plan departs from.
+      const Parallel& b = best.plan.parallel;
+      const Parallel& r = out.plan.plan.parallel;
+      std::string diff;
+      auto note = [&](const char* rule, int bv, int rv) {
+        if (bv != rv) diff += (diff.empty() ? "" : ", ") + std::string(rule) + " " + std::to_string(bv) + " (rule: " + std::to_string(rv) + ")";
+      };
+      note("EP", b.ep, r.ep);
+      note("CP", b.cp, r.cp);
+      note("PP", b.pp, r.pp);
+      note("TP", b.tp, r.tp);
+      if (best.plan.moe.ep_chunks != out.plan.plan.moe.ep_chunks) note("ep_chunks", best.plan.moe.ep_chunks, out.plan.plan.moe.ep_chunks);
+      if (best.plan.offload.optimizer != out.plan.plan.offload.optimizer) diff += (diff.empty() ? "" : ", ") + std::string("optimizer offload");
+      out.broken.push_back(fmt("the recipe loses %.1f%% throughput to the exhaustive best", 100 * out.throughput_gap) +
+                           (diff.empty() ? std::string() : ", which uses " + diff));
+    }
   }
   return out;
 }

@@ -81,7 +81,8 @@ TEST(PlanRules, EachRuleNamesTheValue) {
     const char* needle;
   };
   const Case cases[] = {
-      {[](Plan& p) { p.parallel.tp = 3; }, Rule::GpusDivisible, "tp*pp*cp"},
+      {[](Plan& p) { p.parallel.tp = 3; }, Rule::TpHeads, "heads"},
+      {[](Plan& p) { p.parallel.cp = 3; }, Rule::GpusDivisible, "tp*pp*cp"},
       {[](Plan& p) { p.parallel.tp = 8; }, Rule::TpHeads, "heads"},
       {[](Plan& p) { p.parallel.ep = 8; }, Rule::EpExperts, "experts"},
       {[](Plan& p) { p.parallel.pp = 4; }, Rule::LayersSplit, "layers"},
