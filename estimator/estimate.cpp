@@ -7,8 +7,12 @@
 namespace lcplan {
 
 Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal) {
+  return estimate(m, p, hw, cal, estimate_memory(m, p, cal));
+}
+
+Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal, MemoryEstimate memory) {
   Estimate e;
-  e.memory = estimate_memory(m, p, cal);
+  e.memory = std::move(memory);
   e.time = estimate_time(m, p, hw, cal);
   e.capacity_bytes = hw.hbm_bytes;
   e.fits = e.memory.peak_bytes <= e.capacity_bytes;

@@ -25,6 +25,8 @@ struct Estimate {
 
 // The plan must be valid (require_valid_plan); this is the only entry point the CLI and the search use.
 Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+// The same, reusing a memory estimate already computed for this plan (the search computes memory first).
+Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal, MemoryEstimate memory);
 
 // The design's record format (README "Estimate record").
 nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);

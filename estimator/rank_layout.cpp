@@ -139,11 +139,25 @@ int group_size(const RankLayout& l, Group g) {
 }
 
 int group_nodes(const RankLayout& l, Group g, int gpus_per_node) {
-  // Every group of a kind has the same shape in Megatron's order, so rank 0's group is representative.
-  const auto members = group_ranks(l, g, 0);
-  std::set<int> nodes;
-  for (int r : members) nodes.insert(r / std::max(1, gpus_per_node));
-  return static_cast<int>(nodes.size());
+  // Rank 0's group is representative: in Megatron's order every group of a kind is the same arithmetic progression
+  // shifted. Members are 0, stride, 2*stride, ...; count node changes without building the list (the time model
+  // calls this for every plan the search evaluates).
+  int stride = 1;
+  switch (g) {
+    case Group::TP: case Group::TP_CP: case Group::ETP: case Group::EP_ETP: stride = 1; break;
+    case Group::CP: case Group::DP_CP: stride = l.tp; break;
+    case Group::DP: stride = l.tp * l.cp; break;
+    case Group::PP: stride = l.world / l.pp; break;
+    case Group::EP: stride = l.etp; break;
+    case Group::EDP: stride = l.etp * l.ep; break;
+  }
+  const int gpn = std::max(1, gpus_per_node), n = group_size(l, g);
+  int nodes = 0, last = -1;
+  for (int k = 0; k < n; ++k) {
+    const int node = int((long long)k * stride / gpn);
+    if (node != last) last = node, ++nodes;
+  }
+  return nodes;
 }
 
 const char* group_name(Group g) {

@@ -55,17 +55,6 @@ double collective_seconds(Collective c, double bytes, int n, LinkTier tier, int 
 
 namespace {
 
-// Same answer as group_nodes() (rank 0's group, Megatron order) without its std::set: members come sorted.
-int group_nodes_fast(const RankLayout& l, Group g, int gpus_per_node) {
-  if (group_size(l, g) == 1) return 1;
-  const std::vector<int> members = group_ranks(l, g, 0);
-  const int gpn = std::max(1, gpus_per_node);
-  int nodes = 0, last = -1;
-  for (int r : members)
-    if (r / gpn != last) last = r / gpn, ++nodes;
-  return nodes;
-}
-
 // Everything per plan that every layer needs, computed once.
 struct Ctx {
   const ModelSpec& m;
@@ -104,7 +93,7 @@ struct Ctx {
     gpn = p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node;
     layout = make_rank_layout(p.gpus, q.tp, q.pp, q.cp, q.ep, q.etp);
     auto tier = [&](Group g, int& nodes) {
-      nodes = group_nodes_fast(layout, g, gpn);
+      nodes = group_nodes(layout, g, gpn);
       return nodes == 1 ? LinkTier::NVLink : LinkTier::Network;
     };
     int dummy = 1;

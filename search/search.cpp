@@ -60,7 +60,7 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       return;
     }
     ++r.evaluated;
-    const MemoryEstimate mem = estimate_memory(m, p, cal);
+    MemoryEstimate mem = estimate_memory(m, p, cal);
     if (!r.any_valid || mem.peak_bytes < r.smallest_peak.estimate.memory.peak_bytes) {
       r.any_valid = true;
       r.smallest_peak.plan = p;
@@ -70,7 +70,7 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       ++r.rejects[kMemoryReject];
       return;
     }
-    Candidate c{p, estimate(m, p, hw, cal)};
+    Candidate c{p, estimate(m, p, hw, cal, std::move(mem))};
     if (opt.objective == Objective::Memory && tokens_per_s(c) < opt.throughput_floor) return;
     ++r.feasible;
     offer_top(r.top, c, opt);

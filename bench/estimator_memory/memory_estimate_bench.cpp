@@ -27,7 +27,8 @@ void BM_MemoryEstimate(benchmark::State& state, const char* model, int gpus, int
 
 BENCHMARK_CAPTURE(BM_MemoryEstimate, qwen35_35b_pp1, "qwen3.5-35b-a3b", 32, 1, 1, 4, 8);
 BENCHMARK_CAPTURE(BM_MemoryEstimate, qwen35_35b_pp4, "qwen3.5-35b-a3b", 32, 1, 4, 4, 8);
-BENCHMARK_CAPTURE(BM_MemoryEstimate, deepseek_v3_pp8, "deepseek-v3", 1024, 2, 8, 4, 64);
+BENCHMARK_CAPTURE(BM_MemoryEstimate, deepseek_v3_pp1, "deepseek-v3", 1024, 2, 1, 4, 64);
+BENCHMARK_CAPTURE(BM_MemoryEstimate, llama_405b_pp8, "llama-3.1-405b", 1024, 8, 8, 2, 1);
 
 }  // namespace
 
