@@ -8,7 +8,7 @@
 #include <string>
 
 #include "kernels/comm/backend.h"
-#include "kernels/comm/bf16.h"
+#include "kernels/common/bf16.h"
 
 namespace lcplan::comm {
 

@@ -19,10 +19,19 @@
 #include <functional>
 #include <string>
 
-#include "kernels/linear_ce/bf16.h"
+#include "kernels/common/bf16.h"
 #include "kernels/linear_ce/linear_ce_math.h"
 
 namespace lcplan::linear_ce {
+
+// The API takes bf16 tensors; re-export the project's bf16 so callers can write linear_ce::bf16.
+using lcplan::bf16;
+using lcplan::bf16_to_float;
+using lcplan::float_to_bf16;
+using lcplan::from_float;
+using lcplan::round_bf16;
+using lcplan::to_float;
+
 
 enum class DType : uint8_t { F32, BF16 };
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/comm/bf16.h"
+#include "kernels/common/bf16.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe_cuda.h"
 

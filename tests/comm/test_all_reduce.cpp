@@ -1,7 +1,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/comm/bf16.h"
+#include "kernels/common/bf16.h"
 #include "tests/comm/driver.h"
 
 namespace lcplan::comm::tests {

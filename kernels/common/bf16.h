@@ -1,4 +1,5 @@
 // bf16: a 2-byte brain-float stored as uint16_t, converted with round-to-nearest-even on host and device.
+// The one bf16 of the project: linear CE, the communicators and the MoE layer all use it.
 // Layout-compatible with __nv_bfloat16 / CUDA_R_16BF, so device buffers of it can go straight to cuBLAS.
 #pragma once
 
@@ -7,7 +8,7 @@
 
 #include "kernels/common/hd.h"
 
-namespace lcplan::linear_ce {
+namespace lcplan {
 
 struct bf16 {
   uint16_t bits = 0;
@@ -57,4 +58,8 @@ LCPLAN_HD bf16 from_float<bf16>(float x) { return float_to_bf16(x); }
 // Rounds an fp32 value to the nearest bf16 and back: what storing it in a bf16 tensor does to it.
 LCPLAN_HD float round_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
-}  // namespace lcplan::linear_ce
+// Raw-bit forms for buffers typed as uint16_t (MPI reductions, NCCL/cuBLAS staging).
+LCPLAN_HD float bf16_to_f32(uint16_t b) { return bf16_to_float(bf16{b}); }
+LCPLAN_HD uint16_t f32_to_bf16(float f) { return float_to_bf16(f).bits; }
+
+}  // namespace lcplan
