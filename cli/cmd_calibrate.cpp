@@ -58,10 +58,10 @@ void register_calibrate(CLI::App& app, int& exit_code) {
     opt.source = args->measurements;
     opt.leave_one_out = !args->no_loo;
     const FitResult r = fit_calibration(resolve_measurements(ms, dir), start, opt);
-    std::fputs(fit_report(r).c_str(), stdout);
     nlohmann::json j = calibration_to_json(r.calibration);
     j["description"] = "fitted by lcplan calibrate from " + args->measurements + " starting from " + impl;
-    write_file_atomic(args->out, j.dump(2) + "\n");
+    write_file_atomic(args->out, j.dump(2) + "\n");  // first: a failed write must leave no report on stdout
+    std::fputs(fit_report(r).c_str(), stdout);
     std::printf("wrote %s\n", args->out.c_str());
     exit_code = 0;
   });

@@ -216,13 +216,21 @@ std::string fit_report(const FitResult& r) {
   out += line;
   for (const FitPoint& p : r.points) {
     const double scale = p.quantity == Quantity::PeakBytes ? 1e-9 : 1.0;  // GB for memory, as given otherwise
-    std::snprintf(line, sizeof line, "%-28s %-14s %12.4g %12.4g %8.1f%% %12.4g %8.1f%%\n", p.id.c_str(),
-                  to_string(p.quantity), p.measured * scale, p.predicted * scale, 100 * p.residual(),
-                  p.loo_predicted * scale, 100 * p.loo_error());
+    if (std::isfinite(p.loo_predicted))
+      std::snprintf(line, sizeof line, "%-28s %-14s %12.4g %12.4g %8.1f%% %12.4g %8.1f%%\n", p.id.c_str(),
+                    to_string(p.quantity), p.measured * scale, p.predicted * scale, 100 * p.residual(),
+                    p.loo_predicted * scale, 100 * p.loo_error());
+    else  // leave-one-out skipped (--no-loo)
+      std::snprintf(line, sizeof line, "%-28s %-14s %12.4g %12.4g %8.1f%% %12s %9s\n", p.id.c_str(),
+                    to_string(p.quantity), p.measured * scale, p.predicted * scale, 100 * p.residual(), "-", "-");
     out += line;
   }
-  std::snprintf(line, sizeof line, "MAPE: start %.1f%%, fitted %.1f%%, leave-one-out %.1f%% (%zu coefficients, %d iterations)\n",
-                100 * r.mape_before, 100 * r.mape, 100 * r.loo_mape, r.keys.size(), r.iterations);
+  if (std::isfinite(r.loo_mape))
+    std::snprintf(line, sizeof line, "MAPE: start %.1f%%, fitted %.1f%%, leave-one-out %.1f%% (%zu coefficients, %d iterations)\n",
+                  100 * r.mape_before, 100 * r.mape, 100 * r.loo_mape, r.keys.size(), r.iterations);
+  else
+    std::snprintf(line, sizeof line, "MAPE: start %.1f%%, fitted %.1f%% (%zu coefficients, %d iterations)\n",
+                  100 * r.mape_before, 100 * r.mape, r.keys.size(), r.iterations);
   out += line;
   out += "fitted:";
   for (const auto& k : r.keys) {
