@@ -222,7 +222,7 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
   // Per-stage sums gathered in one pass over the layers (the search calls this millions of times).
   struct StageAcc {
     StageParams params;
-    double act = 0, working = 0, inflight_sum = 0;
+    double act = 0, working = 0, whole = 0, inflight_sum = 0;  // whole: the largest layer's activations, entire
     int layers = 0;
     bool has_moe = false;
   };
@@ -246,8 +246,11 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
     const double n_in = inflight(r, j, q.pp, q.vpp, mbs);
     a.act += n_in * la.saved;
     a.inflight_sum += n_in;
-    // Chunked EP under full recompute rematerializes and backprops one chunk of routed tokens at a time.
-    if (rec) a.working = std::max(a.working, (la.full - la.moe_tokens) + la.moe_tokens * chunk_factor - la.saved);
+    // During its backward a layer is whole on the device: full recompute rebuilds it (chunked EP one chunk of routed
+    // tokens at a time), selective recompute rebuilds what it dropped; that rebuilt part is the working set.
+    const double whole = rec ? (la.full - la.moe_tokens) + la.moe_tokens * chunk_factor : la.full;
+    if (rec || p.recompute == Recompute::Selective) a.working = std::max(a.working, whole - la.saved);
+    a.whole = std::max(a.whole, whole);
     a.has_moe = a.has_moe || l.ffn == FfnKind::MoE;
     a.layers++;
   }
@@ -299,7 +302,11 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibrat
       act += mtp_saved;  // MTP modules run on the last stage for the one microbatch in flight there
       if (full) working = std::max(working, mtp_working);
     }
-    if (p.offload.activations) act = 0;  // saved activations live on the host; the working set stays
+    if (p.offload.activations) {
+      // Saved activations live on the host; the layer being backpropagated comes back whole.
+      act = 0;
+      working = std::max(working, acc[r].whole);
+    }
     st.inflight_microbatches = st.layers > 0 ? acc[r].inflight_sum / st.layers : 0;
 
     const double moe_buf = stage_has_moe ? cal.moe_buffer_copies * kBf16 * moe_tok * m.hidden * chunk_factor : 0;

@@ -435,7 +435,7 @@ ModelSpec model_from_hf_config_text(const std::string& text, const std::string& 
   json config;
   try {
     config = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers beyond double (1e320)
     std::string why = e.what();
     if (auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);  // drop "[json.exception...]"
     throw UserError((name.empty() ? std::string("config.json") : name) + " is not valid JSON (" + why + ")");

@@ -1,0 +1,26 @@
+// Fuzz target: measurements JSON (array or {"measurements": [...]}) -> Measurement records. Valid or UserError;
+// accepted records carry only positive finite measured values. Models/hardware are not resolved (that reads files).
+#include <cstdint>
+
+#include "estimator/measurement.h"
+#include "fuzz/fuzz_util.h"
+#include "models/user_error.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace lcplan;
+  const auto j = fuzz::parse_json(data, size);
+  if (!j) return 0;
+  std::vector<Measurement> ms;
+  try {
+    ms = measurements_from_json(*j, "fuzz");
+  } catch (const UserError&) {
+    return 0;
+  }
+  fuzz::require(!ms.empty(), "an accepted measurements file holds at least one record");
+  for (const auto& m : ms) {
+    fuzz::require(m.peak_bytes || m.step_seconds || m.tflops_per_gpu, "every record has a measured value");
+    for (const auto& v : {m.peak_bytes, m.step_seconds, m.tflops_per_gpu})
+      if (v) fuzz::require(fuzz::finite_nonneg(*v) && *v > 0, "measured values are positive and finite");
+  }
+  return 0;
+}

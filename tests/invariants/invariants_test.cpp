@@ -1,0 +1,459 @@
+// Estimator invariants as seeded property tests: for every zoo model, a seeded sample of random VALID plans (sampled
+// until check_plan passes), each checked against the physics the estimator must respect. A violation prints the
+// smallest plan that still breaks it (each dimension reduced while the failure persists) and fails the test.
+// 10,000 plans per model (2,000 in the sanitizer build); LCPLAN_INVARIANT_PLANS overrides the count (e.g. a soak
+// run), LCPLAN_INVARIANT_SEED the seed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "estimator/estimate.h"
+#include "estimator/flops.h"
+#include "estimator/plan_rules.h"
+#include "models/data_dir.h"
+#include "models/zoo.h"
+#include "search/search.h"
+
+using namespace lcplan;
+
+#ifndef LCPLAN_INVARIANT_DEFAULT_PLANS
+#define LCPLAN_INVARIANT_DEFAULT_PLANS 10000
+#endif
+
+namespace {
+
+struct Ctx {
+  ModelSpec m;
+  Hardware hw;       // HBM made effectively infinite so the pinned search keeps every plan
+  std::vector<Calibration> cals;
+};
+
+const Calibration& cal_of(const Ctx& c, const Plan& p) {
+  for (const auto& cal : c.cals)
+    if (cal.name == p.implementation) return cal;
+  return c.cals.front();
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+bool has_moe(const ModelSpec& m) {
+  for (const auto& l : m.layers)
+    if (l.ffn == FfnKind::MoE) return true;
+  return false;
+}
+
+// ---- random valid plans -------------------------------------------------------------------------------------
+
+template <typename T>
+T pick(std::mt19937_64& rng, const std::vector<T>& v) {
+  return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(rng)];
+}
+
+std::vector<int> divisors_upto(int n, int cap) {
+  std::vector<int> d;
+  for (int x = 1; x <= std::min(n, cap); ++x)
+    if (n % x == 0) d.push_back(x);
+  return d;
+}
+
+Plan random_plan(const Ctx& c, std::mt19937_64& rng) {
+  const ModelSpec& m = c.m;
+  const bool moe = has_moe(m);
+  Plan p;
+  p.model = m.name;
+  p.hardware = c.hw.name;
+  p.gpus_per_node = 8;
+  p.implementation = pick(rng, std::vector<std::string>{"megatron", "bumblebee", "lcplan"});
+  p.parallel.tp = pick(rng, std::vector<int>{1, 1, 2, 4, 8});
+  p.parallel.pp = pick(rng, divisors_upto(int(m.layers.size()), 16));
+  p.parallel.vpp = p.parallel.pp > 1 ? pick(rng, std::vector<int>{1, 1, 2, 3, 4}) : 1;
+  p.parallel.cp = pick(rng, std::vector<int>{1, 1, 2, 4, 8, 16});
+  const int dp = pick(rng, std::vector<int>{1, 2, 4, 8, 16, 32});
+  p.gpus = p.parallel.tp * p.parallel.pp * p.parallel.cp * dp;
+  p.parallel.ep = moe ? pick(rng, std::vector<int>{1, 2, 4, 8, 16, 32, 64}) : 1;
+  p.parallel.etp = moe ? pick(rng, std::vector<int>{1, 1, 2}) : 1;
+  p.seq_len = pick(rng, std::vector<int64_t>{4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576});
+  p.micro_batch = pick(rng, std::vector<int>{1, 1, 2, 4});
+  p.global_batch = pick(rng, std::vector<int>{0, 0, 1, 2, 4, 8}) * p.micro_batch * dp;
+  p.precision = pick(rng, std::vector<Precision>{Precision::BF16, Precision::FP8});
+  p.sequence_parallel = pick(rng, std::vector<bool>{true, true, false});
+  p.optimizer_sharding =
+      pick(rng, std::vector<OptimizerSharding>{OptimizerSharding::None, OptimizerSharding::DistOpt, OptimizerSharding::Fsdp});
+  p.recompute = pick(rng, std::vector<Recompute>{Recompute::None, Recompute::Selective, Recompute::Full});
+  if (p.recompute == Recompute::Full) {
+    const int per_chunk = int(m.layers.size()) / (p.parallel.pp * p.parallel.vpp);
+    p.recompute_layers = std::uniform_int_distribution<int>(0, std::max(0, per_chunk))(rng);
+  }
+  p.offload.optimizer = pick(rng, std::vector<bool>{false, false, true});
+  p.offload.activations = pick(rng, std::vector<bool>{false, false, false, true});
+  p.linear_ce = pick(rng, std::vector<bool>{false, true});
+  p.moe.ep_chunks = moe ? pick(rng, std::vector<int>{1, 1, 2, 3, 4, 8}) : 1;
+  p.moe.routing_imbalance = moe ? pick(rng, std::vector<double>{1.0, 1.0, 1.1, 1.5, 2.0}) : 1.0;
+  p.moe.capacity_factor = moe ? pick(rng, std::vector<double>{0, 0, 1.0, 1.25}) : 0;
+  return p;
+}
+
+Plan random_valid_plan(const Ctx& c, std::mt19937_64& rng) {
+  for (int tries = 0;; ++tries) {
+    Plan p = random_plan(c, rng);
+    if (!check_plan(c.m, p)) return p;
+    if (tries > 100000) throw std::runtime_error("no valid plan sampled for " + c.m.name);
+  }
+}
+
+bool valid(const Ctx& c, const Plan& p) { return !check_plan(c.m, p); }
+
+// ---- measures -------------------------------------------------------------------------------------------------
+
+// Static memory of a stage: what lives for the whole step (parameters, gradients, optimizer state).
+double static_bytes(const StageMemory& s) { return s.breakdown.params + s.breakdown.grads + s.breakdown.optimizer; }
+
+// Relative slack for comparisons of sums computed in different orders.
+bool le(double a, double b) { return a <= b * (1 + 1e-12) + 1e-6; }
+
+std::string gib(double b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6f GiB", b / (1024.0 * 1024 * 1024));
+  return buf;
+}
+
+// ---- invariants: each returns a failure sentence for base plan p, or nothing (holds / does not apply) --------
+
+using Check = std::function<std::optional<std::string>(const Ctx&, const Plan&)>;
+
+// Set by a check when the plan is in its domain and it compared something: a test that never applies proves nothing.
+bool g_applied = false;
+void applied() { g_applied = true; }
+
+struct Invariant {
+  const char* name;
+  Check check;
+};
+
+std::optional<std::string> finite_and_same_as_search(const Ctx& c, const Plan& p) {
+  applied();
+  const Calibration& cal = cal_of(c, p);
+  const Estimate e = estimate(c.m, p, c.hw, cal);
+  auto bad = [](double x) { return !std::isfinite(x) || x < 0; };
+  for (const auto& s : e.memory.stages) {
+    const MemoryBreakdown& b = s.breakdown;
+    for (double x : {b.params, b.grads, b.optimizer, b.fsdp_buffers, b.activations, b.logits, b.moe_buffers,
+                     b.workspace, b.cuda_context, b.fragmentation, s.peak_bytes})
+      if (bad(x)) return "a memory term of stage " + std::to_string(s.stage) + " is negative or not finite";
+  }
+  const TimeEstimate& t = e.time;
+  const TimeBreakdown& tb = t.breakdown;
+  for (double x : {t.step_seconds, t.model_flops_per_step, t.tflops_per_gpu, t.mfu, t.tokens_per_second_per_gpu,
+                   tb.compute, tb.recompute, tb.exposed_comm.total(), tb.bubble, tb.launch_overhead, tb.optimizer})
+    if (bad(x)) return std::string("a time term is negative or not finite");
+  if (!(t.step_seconds > 0)) return std::string("step time is not positive");
+
+  // The search path: the same plan as the only point of a pinned space must give the identical record.
+  PlanSpace s;
+  s.tp = {p.parallel.tp};
+  s.pp = {p.parallel.pp};
+  s.vpp = {p.parallel.vpp};
+  s.cp = {p.parallel.cp};
+  s.ep = {p.parallel.ep};
+  s.etp = {p.parallel.etp};
+  s.micro_batch = {p.micro_batch};
+  s.ep_chunks = {p.moe.ep_chunks};
+  s.sharding = {p.optimizer_sharding};
+  s.recompute = {p.recompute};
+  s.recompute_layers = {p.recompute_layers};
+  s.recompute_fractions = {1.0};
+  s.linear_ce = {p.linear_ce};
+  s.offload_optimizer = {p.offload.optimizer};
+  SearchOptions opt;
+  opt.top_k = 1;
+  const SearchResult r = search_plans(c.m, p, s, c.hw, cal, opt);
+  if (r.top.size() != 1) return "the pinned search returned " + std::to_string(r.top.size()) + " plans instead of 1";
+  const auto a = estimate_to_json(e, p), b = estimate_to_json(r.top.front().estimate, r.top.front().plan);
+  if (a != b) return "estimate() and the search path disagree: " + a.dump() + " vs " + b.dump();
+  return std::nullopt;
+}
+
+std::optional<std::string> sharding_order(const Ctx& c, const Plan& p) {
+  applied();
+  const Calibration& cal = cal_of(c, p);
+  Plan q = p;
+  q.optimizer_sharding = OptimizerSharding::Fsdp;
+  const MemoryEstimate fsdp = estimate_memory(c.m, q, cal);
+  q.optimizer_sharding = OptimizerSharding::DistOpt;
+  const MemoryEstimate dist = estimate_memory(c.m, q, cal);
+  q.optimizer_sharding = OptimizerSharding::None;
+  const MemoryEstimate none = estimate_memory(c.m, q, cal);
+  for (size_t i = 0; i < fsdp.stages.size(); ++i) {
+    const double f = static_bytes(fsdp.stages[i]), d = static_bytes(dist.stages[i]), n = static_bytes(none.stages[i]);
+    if (!le(f, d) || !le(d, n))
+      return "stage " + std::to_string(i) + " static memory fsdp " + gib(f) + ", dist_opt " + gib(d) + ", none " + gib(n);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> linear_ce_never_raises_peak(const Ctx& c, const Plan& p) {
+  // Domain: linear CE keeps an fp32 d_hidden (4*hidden bytes per token) and a vocabulary tile while materialized logits
+  // cost 4*vocab/tp; with a local vocabulary below ~2x hidden (mixtral/llama-405b at tp 8) streaming really can cost
+  // more, and nobody would choose it there.
+  if (double(c.m.vocab) / p.parallel.tp < 2.0 * c.m.hidden) return std::nullopt;
+  applied();
+  const Calibration& cal = cal_of(c, p);
+  Plan q = p;
+  q.linear_ce = false;
+  const double off = estimate_memory(c.m, q, cal).peak_bytes;
+  q.linear_ce = true;
+  const double on = estimate_memory(c.m, q, cal).peak_bytes;
+  if (!le(on, off)) return "peak with linear CE " + gib(on) + " > without " + gib(off);
+  return std::nullopt;
+}
+
+// Activations of plan b never above those of plan a, stage by stage. Each stage reports the breakdown of its own
+// peak phase, so stages whose peak phase differs (e.g. the loss phase taking over) compare different moments: there
+// the peak itself is compared instead, when `peak_too` (every term of b no larger than a's means its peak is not).
+std::optional<std::string> activations_not_above(const MemoryEstimate& a, const MemoryEstimate& b, const std::string& an,
+                                                 const std::string& bn, bool peak_too) {
+  for (size_t i = 0; i < a.stages.size(); ++i) {
+    const StageMemory &sa = a.stages[i], &sb = b.stages[i];
+    if (sa.peak_phase == sb.peak_phase && !le(sb.breakdown.activations, sa.breakdown.activations))
+      return "stage " + std::to_string(i) + " activations with " + bn + " " + gib(sb.breakdown.activations) + " > with " +
+             an + " " + gib(sa.breakdown.activations) + " (both at the " + to_string(sa.peak_phase) + " peak)";
+    if (peak_too && !le(sb.peak_bytes, sa.peak_bytes))
+      return "stage " + std::to_string(i) + " peak with " + bn + " " + gib(sb.peak_bytes) + " > with " + an + " " +
+             gib(sa.peak_bytes);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> recompute_never_raises_activations(const Ctx& c, const Plan& p) {
+  applied();
+  const Calibration& cal = cal_of(c, p);
+  const int per_chunk = int(c.m.layers.size()) / (p.parallel.pp * p.parallel.vpp);
+  Plan none = p, sel = p, all = p;
+  none.recompute = Recompute::None;
+  none.recompute_layers = 0;
+  sel.recompute = Recompute::Selective;
+  sel.recompute_layers = 0;
+  all.recompute = Recompute::Full;
+  all.recompute_layers = 0;
+  const MemoryEstimate mn = estimate_memory(c.m, none, cal), ms = estimate_memory(c.m, sel, cal),
+                       ma = estimate_memory(c.m, all, cal);
+  // Selective only drops saved tensors: nothing else changes, so its peak cannot rise either.
+  if (auto v = activations_not_above(mn, ms, "none", "selective", true)) return v;
+  if (auto v = activations_not_above(ms, ma, "selective", "full(all layers)", false)) return v;
+  // Full recompute of the first k layers of each virtual stage (Megatron "block"): more layers, less memory.
+  // The ladder starts at none (k = 0 layers) and ends at all layers; the plan's own k and its neighbours are checked.
+  std::vector<int> ks = {1, p.recompute_layers - 1, p.recompute_layers, p.recompute_layers + 1};
+  std::sort(ks.begin(), ks.end());
+  MemoryEstimate prev = mn;
+  std::string prev_name = "none";
+  for (int k : ks) {
+    if (k < 1 || k >= per_chunk || ("full(" + std::to_string(k) + " layers)") == prev_name) continue;
+    Plan q = all;
+    q.recompute_layers = k;
+    const MemoryEstimate mk = estimate_memory(c.m, q, cal);
+    const std::string name = "full(" + std::to_string(k) + " layers)";
+    if (auto v = activations_not_above(prev, mk, prev_name, name, false)) return v;
+    prev = mk;
+    prev_name = name;
+  }
+  return activations_not_above(prev, ma, prev_name, "full(all layers)", false);
+}
+
+std::optional<std::string> ep_never_raises_expert_params(const Ctx& c, const Plan& p) {
+  Plan q = p;
+  q.parallel.ep *= 2;
+  if (!valid(c, q)) return std::nullopt;
+  applied();
+  for (int s = 0; s < p.parallel.pp; ++s) {
+    const double a = stage_params(c.m, p, s).expert, b = stage_params(c.m, q, s).expert;
+    if (!le(b, a))
+      return "stage " + std::to_string(s) + " expert parameters at ep " + std::to_string(q.parallel.ep) + " " +
+             std::to_string(b) + " > at ep " + std::to_string(p.parallel.ep) + " " + std::to_string(a);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> cp_never_raises_layer_activations(const Ctx& c, const Plan& p) {
+  Plan q = p;
+  q.parallel.cp *= 2;
+  q.gpus *= 2;  // keep dp: CP takes its ranks from new GPUs, not from data parallelism
+  if (q.global_batch > 0 && q.global_batch % (q.micro_batch * data_parallel(q)) != 0) return std::nullopt;
+  if (!valid(c, q)) return std::nullopt;
+  applied();
+  for (const LayerSpec& l : c.m.layers)
+    for (bool rec : {false, true}) {
+      const LayerActivation a = layer_activation(c.m, p, l, rec), b = layer_activation(c.m, q, l, rec);
+      if (!le(b.saved, a.saved) || !le(b.full, a.full))
+        return "layer activation at cp " + std::to_string(q.parallel.cp) + " (saved " + gib(b.saved) + ", full " +
+               gib(b.full) + ") > at cp " + std::to_string(p.parallel.cp) + " (saved " + gib(a.saved) + ", full " +
+               gib(a.full) + ")" + (rec ? " (recomputed layer)" : "");
+    }
+  return std::nullopt;
+}
+
+std::optional<std::string> micro_batch_never_lowers_activations(const Ctx& c, const Plan& p) {
+  Plan q = p;
+  q.micro_batch *= 2;
+  if (!valid(c, q)) return std::nullopt;
+  applied();
+  const Calibration& cal = cal_of(c, p);
+  // Every term grows with the tokens of a microbatch, so the peak must not drop either.
+  return activations_not_above(estimate_memory(c.m, q, cal), estimate_memory(c.m, p, cal),
+                               "micro_batch " + std::to_string(q.micro_batch), "micro_batch " + std::to_string(p.micro_batch),
+                               true);
+}
+
+std::optional<std::string> flops_per_token_layout_free(const Ctx& c, const Plan& p) {
+  applied();
+  // Reference: the same model, sequence and precision on one GPU with no parallelism at all.
+  Plan ref = p;
+  ref.parallel = {};
+  ref.gpus = 1;
+  ref.micro_batch = 1;
+  ref.global_batch = 1;
+  const double tokens_p = double(effective_global_batch(p)) * p.seq_len, tokens_r = double(ref.seq_len);
+  const double fp = model_flops_per_step(c.m, p) / tokens_p, fr = model_flops_per_step(c.m, ref) / tokens_r;
+  const double fe = estimate(c.m, p, c.hw, cal_of(c, p)).time.model_flops_per_step / tokens_p;
+  if (std::abs(fp - fr) > 1e-9 * fr || std::abs(fe - fr) > 1e-9 * fr)
+    return "model FLOPs per token " + std::to_string(fp) + " (estimate: " + std::to_string(fe) +
+           ") differ from the single-GPU layout's " + std::to_string(fr);
+  return std::nullopt;
+}
+
+const std::vector<Invariant>& invariants() {
+  static const std::vector<Invariant> all = {
+      {"estimate finite, non-negative and identical to the search path", finite_and_same_as_search},
+      {"static memory: fsdp <= dist_opt <= none", sharding_order},
+      {"linear CE never raises the peak", linear_ce_never_raises_peak},
+      {"more recompute never raises activation memory", recompute_never_raises_activations},
+      {"larger EP never raises per-GPU expert parameters", ep_never_raises_expert_params},
+      {"larger CP never raises a layer's per-GPU activations", cp_never_raises_layer_activations},
+      {"doubling micro batch never lowers activation memory", micro_batch_never_lowers_activations},
+      {"FLOPs per token independent of the parallel layout", flops_per_token_layout_free},
+  };
+  return all;
+}
+
+// ---- shrinking ---------------------------------------------------------------------------------------------------
+
+// Smaller neighbours of a plan, one dimension at a time (dp kept when a model-parallel size shrinks).
+std::vector<Plan> smaller(const Plan& p) {
+  std::vector<Plan> out;
+  auto add = [&](auto edit) {
+    Plan q = p;
+    edit(q);
+    out.push_back(q);
+  };
+  const int dp = data_parallel(p);
+  auto shrink_par = [&](int Parallel::*dim) {
+    if (p.parallel.*dim > 1)
+      add([&](Plan& q) {
+        const int old = q.parallel.*dim;
+        q.parallel.*dim = old / 2 > 0 ? old / 2 : 1;
+        if (dim == &Parallel::tp || dim == &Parallel::pp || dim == &Parallel::cp) q.gpus = q.gpus / old * (q.parallel.*dim);
+      });
+  };
+  for (auto dim : {&Parallel::tp, &Parallel::pp, &Parallel::vpp, &Parallel::cp, &Parallel::ep, &Parallel::etp})
+    shrink_par(dim);
+  if (p.parallel.pp > 1) add([](Plan& q) { q.gpus /= q.parallel.pp; q.parallel.pp = 1; q.parallel.vpp = 1; });
+  if (p.parallel.vpp > 1) add([](Plan& q) { q.parallel.vpp = 1; });
+  if (dp > 1) add([&](Plan& q) { q.gpus /= 2; if (q.global_batch) q.global_batch = std::max(1, q.global_batch / 2); });
+  if (p.micro_batch > 1) add([](Plan& q) { q.micro_batch /= 2; });
+  if (p.seq_len > 4096) add([](Plan& q) { q.seq_len /= 2; });
+  if (p.global_batch != 0) add([](Plan& q) { q.global_batch = 0; });
+  if (p.recompute_layers > 1) add([](Plan& q) { q.recompute_layers -= 1; });
+  if (p.moe.ep_chunks > 1) add([](Plan& q) { q.moe.ep_chunks = 1; });
+  if (p.moe.routing_imbalance != 1.0) add([](Plan& q) { q.moe.routing_imbalance = 1.0; });
+  if (p.moe.capacity_factor != 0) add([](Plan& q) { q.moe.capacity_factor = 0; });
+  if (p.offload.optimizer) add([](Plan& q) { q.offload.optimizer = false; });
+  if (p.offload.activations) add([](Plan& q) { q.offload.activations = false; });
+  if (p.precision != Precision::BF16) add([](Plan& q) { q.precision = Precision::BF16; });
+  if (p.recompute == Recompute::Full) add([](Plan& q) { q.recompute = Recompute::Selective; q.recompute_layers = 0; });
+  if (p.recompute == Recompute::Selective) add([](Plan& q) { q.recompute = Recompute::None; });
+  if (p.optimizer_sharding != OptimizerSharding::DistOpt) add([](Plan& q) { q.optimizer_sharding = OptimizerSharding::DistOpt; });
+  if (!p.sequence_parallel) add([](Plan& q) { q.sequence_parallel = true; });
+  return out;
+}
+
+Plan shrink(const Ctx& c, Plan p, const Check& check) {
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (const Plan& q : smaller(p))
+      if (valid(c, q) && check(c, q)) {
+        p = q;
+        progress = true;
+        break;
+      }
+  }
+  return p;
+}
+
+// ---- the test ----------------------------------------------------------------------------------------------------
+
+class Invariants : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Invariants, HoldOnRandomValidPlans) {
+  const std::string dir = data_dir();
+  Ctx c;
+  c.m = load_model(GetParam(), dir);
+  c.hw = load_hardware("h100-sxm-80gb", dir);
+  c.hw.hbm_bytes = 1e30;  // every plan "fits", so the pinned search always returns it
+  for (const char* n : {"megatron", "bumblebee", "lcplan"}) c.cals.push_back(load_calibration(n, dir));
+  const int plans = env_int("LCPLAN_INVARIANT_PLANS", LCPLAN_INVARIANT_DEFAULT_PLANS);
+  const uint64_t seed = uint64_t(env_int("LCPLAN_INVARIANT_SEED", 7)) * 1000003 + std::hash<std::string>{}(GetParam());
+  std::mt19937_64 rng(seed);
+
+  const auto& inv = invariants();
+  std::vector<int> failures(inv.size(), 0), applies(inv.size(), 0);
+  std::vector<std::optional<Plan>> first(inv.size());
+  for (int i = 0; i < plans; ++i) {
+    const Plan p = random_valid_plan(c, rng);
+    for (size_t k = 0; k < inv.size(); ++k) {
+      g_applied = false;
+      if (inv[k].check(c, p)) {
+        if (failures[k]++ == 0) first[k] = p;
+      }
+      applies[k] += g_applied;
+    }
+  }
+  std::printf("%s: %d valid plans (seed %llu); plans each invariant applied to:\n", GetParam().c_str(), plans,
+              static_cast<unsigned long long>(seed));
+  for (size_t k = 0; k < inv.size(); ++k) {
+    std::printf("  %6d  %s\n", applies[k], inv[k].name);
+    // Dense models have no EP to grow; small local vocabularies are outside the linear-CE invariant's domain.
+    const bool may_be_empty = (!has_moe(c.m) && std::string(inv[k].name).find("EP") != std::string::npos) ||
+                              std::string(inv[k].name).find("linear CE") != std::string::npos;
+    if (!may_be_empty) {
+      EXPECT_GE(applies[k], plans / 20) << inv[k].name << " applied to too few plans to mean anything";
+    }
+  }
+  for (size_t k = 0; k < inv.size(); ++k) {
+    if (failures[k] == 0) continue;
+    const Plan small = shrink(c, *first[k], inv[k].check);
+    ADD_FAILURE() << GetParam() << ": invariant \"" << inv[k].name << "\" broken by " << failures[k] << " of " << plans
+                  << " plans (seed " << seed << "); smallest plan that breaks it:\n"
+                  << plan_to_json(small).dump() << "\n  " << *inv[k].check(c, small);
+  }
+}
+
+std::vector<std::string> zoo() { return zoo_names(data_dir()); }
+
+INSTANTIATE_TEST_SUITE_P(Zoo, Invariants, ::testing::ValuesIn(zoo()), [](const auto& info) {
+  std::string s = info.param;
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+});
+
+}  // namespace
