@@ -11,18 +11,24 @@ namespace {
 
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
+// Tokens per CP rank per microbatch, as 32K when a whole number of K, else exact.
+std::string local_tokens(const Plan& p) {
+  const long long t = p.seq_len * p.micro_batch / p.parallel.cp;
+  return t % 1024 == 0 ? std::to_string(t / 1024) + "K" : std::to_string(t);
+}
+
 std::string row(const Candidate& c, int rank) {
   const Plan& p = c.plan;
   const Estimate& e = c.estimate;
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "%4d %3d %3d %3d %3d %3d %3d %3d %-8s %-9s %-3s %6d %-3s %6lldK %8.2f %8.1f %9.0f  %s\n", rank, p.parallel.tp,
+                "%4d %3d %3d %3d %3d %3d %3d %3d %-8s %-9s %-3s %6d %-3s %7s %8.2f %8.1f %9.0f  %s\n", rank, p.parallel.tp,
                 p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.ep, p.parallel.etp, p.micro_batch,
                 to_string(p.optimizer_sharding),
                 (std::string(to_string(p.recompute)) + (p.recompute_layers > 0 ? "/" + std::to_string(p.recompute_layers) : ""))
                     .c_str(),
                 p.linear_ce ? "on" : "off", p.moe.ep_chunks, p.offload.optimizer ? "opt" : "-",
-                static_cast<long long>(p.seq_len * p.micro_batch / p.parallel.cp / 1024), e.memory.peak_bytes / GiB,
+                local_tokens(p).c_str(), e.memory.peak_bytes / GiB,
                 e.time.tflops_per_gpu, e.time.tokens_per_second_per_gpu, e.time.bottleneck.c_str());
   return buf;
 }
