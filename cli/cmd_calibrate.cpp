@@ -19,6 +19,7 @@ struct CalibrateArgs {
   std::string implementation;
   std::string fit;
   bool no_loo = false;
+  double huber = 0;
 };
 
 std::vector<std::string> split_keys(const std::string& s) {
@@ -41,6 +42,10 @@ void register_calibrate(CLI::App& app, int& exit_code) {
                   "starting calibration profile (megatron, bumblebee, lcplan or a path); default: the plans' implementation");
   cmd->add_option("--fit", args->fit, "comma-separated coefficients to fit (default: every fittable one)");
   cmd->add_flag("--no-loo", args->no_loo, "skip the leave-one-out refits");
+  cmd->add_option("--huber", args->huber,
+                  "pseudo-Huber loss: relative errors beyond this (e.g. 0.05) count linearly, so one outlier run "
+                  "cannot drag the fit (default 0: plain least squares)")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->callback([args, &exit_code]() {
     const std::string dir = data_dir();
     const std::vector<Measurement> ms = load_measurements(args->measurements);
@@ -57,6 +62,7 @@ void register_calibrate(CLI::App& app, int& exit_code) {
     opt.keys = split_keys(args->fit);
     opt.source = args->measurements;
     opt.leave_one_out = !args->no_loo;
+    opt.huber_delta = args->huber;
     const FitResult r = fit_calibration(resolve_measurements(ms, dir), start, opt);
     nlohmann::json j = calibration_to_json(r.calibration);
     j["description"] = "fitted by lcplan calibrate from " + args->measurements + " starting from " + impl;

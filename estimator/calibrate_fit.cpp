@@ -70,22 +70,33 @@ Eigen::VectorXd clamp(const std::vector<Param>& ps, Eigen::VectorXd x) {
   return x;
 }
 
-Eigen::VectorXd residuals(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data, const Calibration& cal) {
+// Relative residual, or under the pseudo-Huber loss the signed square root of 2*rho(r) (quadratic below delta,
+// linear above), so that Levenberg-Marquardt on these values minimises sum rho(r) (Hartley & Zisserman, A6.8).
+Eigen::VectorXd residuals(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data, const Calibration& cal,
+                          double huber_delta) {
   Eigen::VectorXd r(data.size());
-  for (size_t i = 0; i < data.size(); ++i) r[i] = predict(cases[data[i].case_index], data[i].q, cal) / data[i].measured - 1;
+  for (size_t i = 0; i < data.size(); ++i) {
+    const double e = predict(cases[data[i].case_index], data[i].q, cal) / data[i].measured - 1;
+    if (huber_delta <= 0) {
+      r[i] = e;
+    } else {
+      const double d = huber_delta, rho = d * d * (std::sqrt(1 + (e / d) * (e / d)) - 1);
+      r[i] = std::copysign(std::sqrt(2 * rho), e);
+    }
+  }
   return r;
 }
 
 // Levenberg-Marquardt on relative residuals, numerical Jacobian, bounds by projection.
 Calibration lm_fit(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data, const Calibration& start,
-                   const std::vector<Param>& ps, int max_iter, int* iterations) {
+                   const std::vector<Param>& ps, int max_iter, double huber_delta, int* iterations) {
   const int n = int(ps.size());
   Calibration cal = start;
   Eigen::VectorXd x(n);
   for (int k = 0; k < n; ++k) x[k] = start.*(ps[k].info->member) / ps[k].scale;
   x = clamp(ps, x);
   set(cal, ps, x);
-  Eigen::VectorXd r = residuals(cases, data, cal);
+  Eigen::VectorXd r = residuals(cases, data, cal, huber_delta);
   double cost = r.squaredNorm();
   double lambda = 1e-3;
   int it = 0;
@@ -100,7 +111,7 @@ Calibration lm_fit(const std::vector<MeasuredCase>& cases, const std::vector<Dat
       if (xp[k] * ps[k].scale > ps[k].info->hi) xp[k] = x[k] - h;
       Calibration cp = cal;
       set(cp, ps, xp);
-      J.col(k) = (residuals(cases, data, cp) - r) / (xp[k] - x[k]);
+      J.col(k) = (residuals(cases, data, cp, huber_delta) - r) / (xp[k] - x[k]);
     }
     const Eigen::MatrixXd A = J.transpose() * J;
     const Eigen::VectorXd g = J.transpose() * r;
@@ -112,7 +123,7 @@ Calibration lm_fit(const std::vector<MeasuredCase>& cases, const std::vector<Dat
       const Eigen::VectorXd xn = clamp(ps, x + step);
       Calibration cn = cal;
       set(cn, ps, xn);
-      const Eigen::VectorXd rn = residuals(cases, data, cn);
+      const Eigen::VectorXd rn = residuals(cases, data, cn, huber_delta);
       const double cn_cost = rn.allFinite() ? rn.squaredNorm() : std::numeric_limits<double>::infinity();
       if (cn_cost < cost) {
         const double gain = cost - cn_cost;
@@ -171,7 +182,7 @@ FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibrat
 
   FitResult res;
   for (const Param& p : ps) res.keys.push_back(p.info->key);
-  res.calibration = lm_fit(cases, data, start, ps, opt.max_iterations, &res.iterations);
+  res.calibration = lm_fit(cases, data, start, ps, opt.max_iterations, opt.huber_delta, &res.iterations);
   const std::string prov = "fitted: " + std::to_string(data.size()) + " points" + (opt.source.empty() ? "" : " from " + opt.source);
   for (const Param& p : ps) res.calibration.provenance[p.info->key] = prov;
 
@@ -196,7 +207,7 @@ FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibrat
         if (j != i) rest.push_back(cases[j]);
       const std::vector<Datum> rest_data = data_of(rest);
       if (rest_data.size() < ps.size()) continue;
-      const Calibration cal_i = lm_fit(rest, rest_data, start, ps, opt.max_iterations, nullptr);
+      const Calibration cal_i = lm_fit(rest, rest_data, start, ps, opt.max_iterations, opt.huber_delta, nullptr);
       for (size_t k = 0; k < data.size(); ++k)
         if (data[k].case_index == i) res.points[k].loo_predicted = predict(cases[i], data[k].q, cal_i);
     }

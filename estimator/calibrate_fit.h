@@ -16,6 +16,7 @@ struct FitOptions {
   std::string source;             // provenance label of the data, e.g. "data/validation/megatron-runs.json"
   bool leave_one_out = true;
   int max_iterations = 200;
+  double huber_delta = 0;         // > 0: pseudo-Huber loss on relative residuals (robust to outlier runs)
 };
 
 enum class Quantity { PeakBytes, StepSeconds, TflopsPerGpu };

@@ -69,11 +69,12 @@ TEST(Validation, TuningPathInOrderAndWithin10Percent) {
   EXPECT_LT(pred[3], pred[4]);
 }
 
-// The keys the shipped megatron profile was fitted with (see its provenance).
+// The keys the shipped megatron profile was fitted with (see its provenance): the efficiencies and overlaps these
+// rows identify; the permutation passes and the per-layer sync stay at their seeds, which the rows cannot separate
+// from the grouped-GEMM efficiency.
 const std::vector<std::string> kMegatronKeys = {"time.gemm_efficiency",         "time.fp8_gemm_efficiency_ratio",
                                                 "time.fp8_grouped_gemm_efficiency_ratio", "time.grouped_gemm_efficiency",
-                                                "time.moe_permute_passes",      "time.ep_overlap",
-                                                "time.tp_overlap",              "time.a2a_latency"};
+                                                "time.ep_overlap",              "time.tp_overlap"};
 
 TEST(Validation, MegatronBridgeLeaveOneOutMape) {
   // Start from the published/estimated seeds (lcplan profile), not from the already-fitted megatron values.
@@ -83,12 +84,13 @@ TEST(Validation, MegatronBridgeLeaveOneOutMape) {
   FitOptions opt;
   opt.keys = kMegatronKeys;
   opt.source = "data/validation/megatron-bridge-runs.json";
+  opt.huber_delta = 0.05;  // as the shipped profile: one 2x-off row (p0263) must not drag the other fourteen
   const FitResult r = fit_calibration(cases("megatron-bridge-runs.json"), start, opt);
   std::fputs(fit_report(r).c_str(), stdout);
   for (const FitPoint& p : r.points) ASSERT_TRUE(std::isfinite(p.loo_predicted)) << p.id;
-  // Issue 3's target is 15%; the model reaches ~18% (p0263, a 2x-slower older-container run of a configuration the
-  // model cannot tell from faster ones, alone adds ~5 points). This guards against regressions; see README "Known gaps".
-  EXPECT_LE(r.loo_mape, 0.20) << "leave-one-out MAPE of tflops_per_gpu";
+  // Issue 3's target. p0263 (a 2x-slower older-container run of a configuration the model cannot tell from faster
+  // ones) alone adds ~6 points; the pseudo-Huber loss keeps it from dragging the refits of the others.
+  EXPECT_LE(r.loo_mape, 0.15) << "leave-one-out MAPE of tflops_per_gpu";
   EXPECT_LE(r.mape, 0.13) << "in-sample MAPE of tflops_per_gpu";
 }
 
