@@ -49,7 +49,8 @@ struct Calibration {
   double network_efficiency = 0;           // ring collectives: achieved bus bandwidth / network bandwidth
   double a2a_nvlink_efficiency = 0;        // all-to-all inside a node
   double a2a_network_efficiency = 0;       // all-to-all across nodes
-  double a2a_latency = 0;                  // seconds per dropless MoE layer forward: token-count exchange + host sync
+  double a2a_latency = 0;                  // fixed seconds of one MoE all-to-all call (per chunk: launch, layout, handshake)
+  double moe_sync_seconds = 0;             // per dropless MoE layer forward: token-count exchange + device-to-host sync
   double tp_overlap = 0;                   // fraction of TP collectives hidden under GEMMs
   double ep_overlap = 0;                   // fraction of exposed EP all-to-all hidden by cross-microbatch overlap
   double dp_overlap = 0;                   // fraction of compute available to hide DP / FSDP collectives

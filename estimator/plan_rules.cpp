@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "estimator/pipeline_split.h"
+#include "kernels/moe/chunk_schedule.h"
 #include "models/user_error.h"
 
 namespace lcplan {
@@ -135,8 +136,9 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
     return fail(Rule::BatchDivisible, "global_batch = " + std::to_string(gb) + " is not divisible by micro_batch*dp = " +
                                           std::to_string(static_cast<long>(p.micro_batch) * dp));
 
-  if (p.moe.ep_chunks < 1 || p.moe.ep_chunks > 8)
-    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " is out of range (valid: 1 to 8)");
+  if (p.moe.ep_chunks < 1 || p.moe.ep_chunks > moe::kMaxChunks)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " is out of range (valid: 1 to " +
+                                     std::to_string(moe::kMaxChunks) + ")");
   if (!moe && p.moe.ep_chunks > 1)
     return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " needs a MoE model (use 1)");
   // seq_len / (cp*tp) is exact (SeqDivisible above); dividing first and capping keeps a huge seq_len from overflowing.

@@ -1,6 +1,7 @@
 #include "estimator/rank_layout.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 
@@ -139,9 +140,9 @@ int group_size(const RankLayout& l, Group g) {
 }
 
 int group_nodes(const RankLayout& l, Group g, int gpus_per_node) {
-  // Rank 0's group is representative: in Megatron's order every group of a kind is the same arithmetic progression
-  // shifted. Members are 0, stride, 2*stride, ...; count node changes without building the list (the time model
-  // calls this for every plan the search evaluates).
+  // Every group of a kind is the progression o, o+s, ..., o+(n-1)s with offsets o = a + b*s*n (a < s); the nodes it
+  // spans depend only on o mod gpn, so the widest group is found over at most gpn x gpn residues (the search calls
+  // this for every plan, so no member lists are built).
   int stride = 1;
   switch (g) {
     case Group::TP: case Group::TP_CP: case Group::ETP: case Group::EP_ETP: stride = 1; break;
@@ -151,13 +152,22 @@ int group_nodes(const RankLayout& l, Group g, int gpus_per_node) {
     case Group::EP: stride = l.etp; break;
     case Group::EDP: stride = l.etp * l.ep; break;
   }
-  const int gpn = std::max(1, gpus_per_node), n = group_size(l, g);
-  int nodes = 0, last = -1;
-  for (int k = 0; k < n; ++k) {
-    const int node = int((long long)k * stride / gpn);
-    if (node != last) last = node, ++nodes;
-  }
-  return nodes;
+  const long long gpn = std::max(1, gpus_per_node), n = group_size(l, g), s = stride, block = s * n;
+  const long long blocks = std::max(1LL, l.world / block);
+  const long long period = gpn / std::gcd(block % gpn == 0 ? gpn : block % gpn, gpn);  // b steps before o mod gpn repeats
+  int widest = 0;
+  for (long long a = 0; a < std::min(s, gpn); ++a)
+    for (long long b = 0; b < std::min(blocks, period); ++b) {
+      const long long o = (a + b * block) % gpn;
+      int nodes = 0;
+      long long last = -1;
+      for (long long k = 0; k < n; ++k) {
+        const long long node = (o + k * s) / gpn;
+        if (node != last) last = node, ++nodes;
+      }
+      widest = std::max(widest, nodes);
+    }
+  return widest;
 }
 
 const char* group_name(Group g) {

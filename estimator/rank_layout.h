@@ -29,7 +29,7 @@ std::vector<std::vector<int>> all_groups(const RankLayout& l, Group g);
 // Member count of a group kind.
 int group_size(const RankLayout& l, Group g);
 
-// Number of nodes spanned by the group of kind `g` containing rank 0 (all groups of a kind span the same count).
+// Nodes spanned by the widest group of kind `g` (the slowest group sets a collective's time).
 int group_nodes(const RankLayout& l, Group g, int gpus_per_node);
 
 const char* group_name(Group g);

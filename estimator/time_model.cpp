@@ -7,6 +7,7 @@
 #include "estimator/flops.h"
 #include "estimator/memory_model.h"
 #include "estimator/pipeline_split.h"
+#include "kernels/moe/chunk_schedule.h"
 #include "models/params.h"
 
 namespace lcplan {
@@ -142,18 +143,43 @@ struct Cost {
   double total() const { return compute + recompute + tp + cp + ep + launch; }
 };
 
-// Two-stream list schedule of chunked EP (article section 2.4): the communication stream runs every chunk's first
-// all-to-all in order, then every chunk's second one; chunk i's compute waits for its first all-to-all and the
-// previous chunk's compute; its second all-to-all waits for its compute. `tail` is compute issued after the last
-// chunk (delayed wgrad) that overlaps the trailing all-to-alls. Returns the span; n = 1 is the serial no-chunk order.
-double chunk_schedule(int n, double first_comm, double compute, double second_comm, double tail) {
-  double comm_free = 0, comp_free = 0;
-  std::array<double, 16> first_end{}, comp_end{};
-  for (int i = 0; i < n; ++i) first_end[i] = comm_free += first_comm;
-  for (int i = 0; i < n; ++i) comp_end[i] = comp_free = std::max(first_end[i], comp_free) + compute;
-  comp_free += tail;
-  for (int i = 0; i < n; ++i) comm_free = std::max(comm_free, comp_end[i]) + second_comm;
-  return std::max(comm_free, comp_free);
+// The executor's chunk schedules (kernels/moe/chunk_schedule.h), built once: index 2*(chunks-1) + shared_expert.
+const moe::ChunkSchedule& schedule_for(int chunks, bool shared_expert) {
+  static const std::array<moe::ChunkSchedule, 2 * moe::kMaxChunks> table = [] {
+    std::array<moe::ChunkSchedule, 2 * moe::kMaxChunks> t;
+    for (int n = 1; n <= moe::kMaxChunks; ++n)
+      for (int s = 0; s < 2; ++s) t[2 * (n - 1) + s] = moe::make_chunk_schedule(n, {}, s == 1);
+    return t;
+  }();
+  return table[2 * (chunks - 1) + (shared_expert ? 1 : 0)];
+}
+
+// Span of one pass (forward or backward) of the schedule: both streams in order, each step waiting for its
+// dependencies (article section 2.4). Compute steps are held to the launch floor of their kernels.
+struct PassTime {
+  double span = 0;     // makespan, seconds
+  double busy = 0;     // compute-stream time, launch floor included
+  double comm = 0;     // communication-stream time
+  double launch = 0;   // launch-floor excess over the GPU time
+};
+template <class Duration>
+PassTime cost_pass(const std::vector<moe::Step>& steps, Duration duration_of) {
+  std::array<double, 64> end{};  // schedules have at most 2 + 5*kMaxChunks + 2 steps per pass
+  double free_at[2] = {0, 0};
+  PassTime t;
+  for (size_t i = 0; i < steps.size(); ++i) {  // list order is each stream's issue order and respects dependencies
+    const moe::Step& st = steps[i];
+    const int s = st.stream == moe::StreamKind::Comm ? 0 : 1;
+    double ready = free_at[s];
+    for (int d : st.deps) ready = std::max(ready, end[d]);
+    const auto [gpu, floor] = duration_of(st);
+    const double d = std::max(gpu, floor);
+    end[i] = free_at[s] = ready + d;
+    if (s == 0) t.comm += d;
+    else t.busy += d, t.launch += d - gpu;
+    t.span = std::max(t.span, end[i]);
+  }
+  return t;
 }
 
 MoeLayerTime moe_time(const Ctx& x) {
@@ -161,7 +187,7 @@ MoeLayerTime moe_time(const Ctx& x) {
   const Calibration& c = x.c;
   const MoeSpec& e = m.moe;
   const double h = m.hidden;
-  const int n = std::clamp(x.p.moe.ep_chunks, 1, 16);
+  const int n = x.p.moe.ep_chunks;
   LayerSpec l;
   l.ffn = FfnKind::MoE;
   const double cf = x.p.moe.capacity_factor;
@@ -176,36 +202,51 @@ MoeLayerTime moe_time(const Ctx& x) {
   const double router = x.gemm(lf.router * x.tok_frac / sp_tp, x.S_hid);
   const double shared = lf.shared > 0 ? x.gemm(lf.shared * x.tok_frac / x.tp, x.S) : 0;
   const double routed = x.grouped(lf.routed * x.tok_frac / sp_tp * f, tpe / n) * n;  // n smaller GEMMs
-  const double permute = x.memory(c.moe_permute_passes * copies * h * kBf16);
-  // Per chunk: one NCCL all-to-all. Per layer forward, dropless routing needs the token counts on the host to size
-  // its buffers (a count exchange + device-to-host sync, field-notes "Chunked expert-parallel overlap"); token
-  // dropping pads every expert to capacity, so its shapes are static and it skips the sync.
-  const double a2a = x.ep > 1 ? x.coll(Collective::AllToAll, copies / n * h * kBf16, int(x.ep), x.t_ep, x.n_ep) : 0;
-  const double sync = cf > 0 ? 0 : c.a2a_latency;
-
+  // Permutation before dispatch and weighted unpermutation after combine: memory-bound passes over the copies.
+  const double permute = x.memory(c.moe_permute_passes * copies * h * kBf16) / 2;
+  // Per chunk: one all-to-all call, its fixed cost (DeepEP-style launch and layout, FSMoE's alpha) plus bytes.
+  // Per layer forward, dropless routing needs the token counts on the host to size its buffers (a count exchange +
+  // device-to-host sync, field-notes "Chunked expert-parallel overlap"); token dropping pads every expert to
+  // capacity, so its shapes are static and it skips the sync.
+  const double a2a =
+      x.ep > 1 ? c.a2a_latency + x.coll(Collective::AllToAll, copies / n * h * kBf16, int(x.ep), x.t_ep, x.n_ep) : 0;
+  const double sync = cf > 0 ? 0 : c.moe_sync_seconds;
+  const double floor = c.kernels_per_moe_chunk * c.launch_seconds;  // kernels of one chunk's expert step
+  // Without chunking the expert backward runs dgrad and wgrad back to back (no delayed wgrad, Megatron's default).
+  const bool delayed_wgrad = n > 1;
+  const moe::ChunkSchedule& sched = schedule_for(n, shared > 0);
+  using moe::StepOp;
+  const PassTime fw = cost_pass(sched.forward, [&](const moe::Step& st) -> std::pair<double, double> {
+    switch (st.op) {
+      case StepOp::Route: return {router, 0};
+      case StepOp::Counts: return {sync, 0};
+      case StepOp::Permute: case StepOp::Unpermute: return {permute / n, 0};
+      case StepOp::Dispatch: case StepOp::Combine: return {a2a, 0};
+      case StepOp::SharedFwd: return {shared, 0};
+      case StepOp::ExpertFwd: return {routed / n, floor};
+      default: return {0, 0};
+    }
+  });
+  const PassTime bw = cost_pass(sched.backward, [&](const moe::Step& st) -> std::pair<double, double> {
+    switch (st.op) {
+      case StepOp::UnpermuteBwd: case StepOp::PermuteBwd: return {2 * permute / n, 0};
+      case StepOp::CombineBwd: case StepOp::DispatchBwd: return {a2a, 0};
+      case StepOp::SharedBwd: return {2 * shared, 0};
+      case StepOp::ExpertDgrad: return {(delayed_wgrad ? 1 : 2) * routed / n, 2 * floor};
+      case StepOp::ExpertWgrad: return {delayed_wgrad ? routed : 0, 0};
+      case StepOp::RouterBwd: return {2 * router, 0};
+      default: return {0, 0};
+    }
+  });
   MoeLayerTime t;
-  // Forward: dispatch, expert GEMMs (+ permutation), combine per chunk; per-chunk launch floor.
-  const double floor_f = c.kernels_per_moe_chunk * c.launch_seconds;
-  const double chunk_f_gpu = (routed + permute) / n;
-  const double chunk_f = std::max(chunk_f_gpu, floor_f);
-  const double span_f = sync + chunk_schedule(n, a2a, chunk_f, a2a, 0);
-  const double exposed_f = std::max(0.0, span_f - n * chunk_f);  // rounding can leave -1e-14
-  const double hidden_f = std::max(0.0, 2 * n * a2a + sync - exposed_f);
-  t.exposed_comm_forward = exposed_f;
-  t.launch_forward = n * (chunk_f - chunk_f_gpu);
-  // Interference: compute overlapped with communication slows down (Mist, EuroSys'25).
-  t.forward = router + shared + span_f + c.interference * hidden_f;
-
-  // Backward: combine-bwd, per-chunk dgrad, delayed wgrad after the last dgrad, dispatch-bwd (article section 2.4).
-  const double chunk_b_gpu = 2 * chunk_f_gpu;
-  const double chunk_b = std::max(chunk_b_gpu, 2 * floor_f);
-  const double span_b = n == 1 ? chunk_schedule(1, a2a, chunk_b, a2a, 0)
-                               : chunk_schedule(n, a2a, chunk_b / 2, a2a, n * chunk_b / 2);
-  const double exposed_b = std::max(0.0, span_b - n * chunk_b);
-  const double hidden_b = std::max(0.0, 2 * n * a2a - exposed_b);
-  t.exposed_comm_backward = exposed_b;
-  t.launch_backward = n * (chunk_b - chunk_b_gpu);
-  t.backward = 2 * (router + shared) + span_b + c.interference * hidden_b;
+  // Exposed communication: the span beyond the compute stream's own work; the rest of the traffic ran beside
+  // compute and slows it (interference, Mist EuroSys'25).
+  t.exposed_comm_forward = std::max(0.0, fw.span - fw.busy);  // rounding can leave -1e-14
+  t.exposed_comm_backward = std::max(0.0, bw.span - bw.busy);
+  t.launch_forward = fw.launch;
+  t.launch_backward = bw.launch;
+  t.forward = fw.span + c.interference * std::max(0.0, fw.comm - t.exposed_comm_forward);
+  t.backward = bw.span + c.interference * std::max(0.0, bw.comm - t.exposed_comm_backward);
   return t;
 }
 

@@ -37,8 +37,9 @@ struct Builder {
 }  // namespace
 
 ChunkSchedule make_chunk_schedule(int chunks, const std::vector<double>& weights, bool shared_expert) {
-  if (chunks < 1 || chunks > 4)
-    throw std::invalid_argument("ep_chunks = " + std::to_string(chunks) + " is outside the supported range 1..4");
+  if (chunks < 1 || chunks > kMaxChunks)
+    throw std::invalid_argument("ep_chunks = " + std::to_string(chunks) + " is outside the supported range 1.." +
+                                std::to_string(kMaxChunks));
   ChunkSchedule s;
   s.chunks = chunks;
   s.weights = normalized_weights(chunks, weights);

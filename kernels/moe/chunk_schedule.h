@@ -51,7 +51,11 @@ struct ChunkSchedule {
   std::vector<Step> backward;
 };
 
-// The schedule for `chunks` (1..4) chunks with optional relative `weights` (one positive value per chunk;
+// Most chunks a MoE layer is split into: the executors keep per-chunk state in fixed arrays, and the plan rules,
+// the search space and the estimator use the same limit.
+constexpr int kMaxChunks = 4;
+
+// The schedule for `chunks` (1..kMaxChunks) chunks with optional relative `weights` (one positive value per chunk;
 // empty = equal). Throws std::invalid_argument naming the bad value.
 ChunkSchedule make_chunk_schedule(int chunks, const std::vector<double>& weights = {}, bool shared_expert = true);
 

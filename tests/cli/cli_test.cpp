@@ -174,7 +174,7 @@ std::vector<Bad> bad_invocations() {
       {"gpus not divisible by tp*pp*cp", est({"--gpus", "30", "--cp", "4"}), {"tp*pp*cp"}},
       {"layers not split by pp", est({"--pp", "9", "--gpus", "72"}), {"layers"}},
       {"recompute layers without full recompute", est({"--recompute-layers", "2"}), {"recompute"}},
-      {"ep chunks out of range", est({"--ep-chunks", "9", "--ep", "8"}), {"ep_chunks"}},
+      {"ep chunks out of range", est({"--ep-chunks", "5", "--ep", "8"}), {"ep_chunks"}},
       {"--fsdp with --dist-opt", est({"--fsdp", "--dist-opt"}), {"--dist-opt", "fsdp"}},
       {"--fsdp with --optimizer-sharding none", est({"--fsdp", "--optimizer-sharding", "none"}), {"--fsdp"}},
       {"--linear-ce with --no-linear-ce", est({"--linear-ce", "--no-linear-ce"}), {"--linear-ce", "--no-linear-ce"}},

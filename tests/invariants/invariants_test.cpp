@@ -98,7 +98,7 @@ Plan random_plan(const Ctx& c, std::mt19937_64& rng) {
   p.offload.optimizer = pick(rng, std::vector<bool>{false, false, true});
   p.offload.activations = pick(rng, std::vector<bool>{false, false, false, true});
   p.linear_ce = pick(rng, std::vector<bool>{false, true});
-  p.moe.ep_chunks = moe ? pick(rng, std::vector<int>{1, 1, 2, 3, 4, 8}) : 1;
+  p.moe.ep_chunks = moe ? pick(rng, std::vector<int>{1, 1, 2, 3, 4}) : 1;
   p.moe.routing_imbalance = moe ? pick(rng, std::vector<double>{1.0, 1.0, 1.1, 1.5, 2.0}) : 1.0;
   p.moe.capacity_factor = moe ? pick(rng, std::vector<double>{0, 0, 1.0, 1.25}) : 0;
   return p;
