@@ -324,9 +324,12 @@ Cost layer_cost(const Ctx& x, const LayerSpec& l, bool recomputed, const MoeLaye
   k.tp = 2 * tp_exposed;
   k.cp = cp_exp_f + cp_exp_b;
   // Cross-microbatch all-to-all overlap (Megatron --overlap-moe-expert-parallel-comm) hides a further share.
-  const double ep_keep = 1 - c.ep_overlap;
+  // It pairs one microbatch's forward with another's backward, which full recompute does not support (article
+  // section 2.4: the reason chunked EP exists), so recomputed layers get none of it.
+  const double ep_overlap = recomputed ? 0.0 : c.ep_overlap;
+  const double ep_keep = 1 - ep_overlap;
   k.ep = moe_layer ? ep_keep * (moe.exposed_comm_forward + moe.exposed_comm_backward) : 0;
-  const double ep_hidden = moe_layer ? c.ep_overlap * (moe.exposed_comm_forward + moe.exposed_comm_backward) : 0;
+  const double ep_hidden = moe_layer ? ep_overlap * (moe.exposed_comm_forward + moe.exposed_comm_backward) : 0;
   k.compute += c.interference * ep_hidden;
   k.launch = launch_f + launch_b + (moe_layer ? moe.launch_forward + moe.launch_backward : 0);
   if (recomputed) {
