@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "estimator/calibrate_fit.h"
+#include "profiler/calibrate_fit.h"
 #include "models/data_dir.h"
 #include "models/json_file.h"
 #include "models/user_error.h"

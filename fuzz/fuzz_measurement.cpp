@@ -2,7 +2,7 @@
 // accepted records carry only positive finite measured values. Models/hardware are not resolved (that reads files).
 #include <cstdint>
 
-#include "estimator/measurement.h"
+#include "profiler/measurement.h"
 #include "fuzz/fuzz_util.h"
 #include "models/user_error.h"
 

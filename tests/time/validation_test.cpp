@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "estimator/calibrate_fit.h"
+#include "profiler/calibrate_fit.h"
 #include "estimator/time_model.h"
 #include "models/data_dir.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "estimator/calibration.h"
-#include "estimator/measurement.h"
+#include "profiler/measurement.h"
 
 namespace lcplan {
 

@@ -1,4 +1,4 @@
-#include "estimator/measurement.h"
+#include "profiler/measurement.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "estimator/calibrate_fit.h"
+#include "profiler/calibrate_fit.h"
 
 #include <algorithm>
 #include <cmath>

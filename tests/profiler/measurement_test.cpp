@@ -1,7 +1,7 @@
 // Measurement files: bad input gets one clear sentence; the fit refuses more coefficients than measured values.
 #include <gtest/gtest.h>
 
-#include "estimator/calibrate_fit.h"
+#include "profiler/calibrate_fit.h"
 #include "models/data_dir.h"
 #include "models/user_error.h"
 
