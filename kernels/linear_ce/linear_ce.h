@@ -1,17 +1,19 @@
 // Linear cross-entropy: loss = CE(hidden @ weight^T, targets) without ever materialising the [tokens x vocab] logits.
 //
 // Layouts (row-major): hidden [N x H], weight [V x H] (the LM head, as in nn.Linear), targets [N] (global vocab ids,
-// or ignore_index). The forward streams vocabulary tiles and keeps a per-token fp32 (max, sum-exp) merged with
-// log-add-exp plus the target logit; it returns the loss and the per-token lse, which the backward needs. The backward
-// recomputes each logits tile, forms (softmax - onehot) * upstream grad and accumulates d_hidden and d_weight in fp32.
+// or ignore_index). The forward streams vocabulary tiles and keeps a per-token fp32 (max, sum-exp) pair, merged tile
+// by tile with lse_merge, plus the target logit; it returns the loss and the per-token lse, which the backward needs.
+// The backward recomputes each logits tile, forms (softmax - onehot) * upstream grad and accumulates d_hidden and
+// d_weight in fp32.
 //
 // Cost (N tokens, H hidden, V vocab): forward 2NHV FLOPs, backward 6NHV (recompute 2NHV + d_hidden 2NHV + d_weight
-// 2NHV). Extra memory of the CPU path is O(N*H + tile) and never O(N*V): see cpu_extra_bytes_bound().
+// 2NHV). Extra memory of the CPU path never grows with V: a logits tile, O(N) state, for bf16 inputs fp32 tiles of
+// hidden and weight, and in the bf16 backward the fp32 [N x H] d_hidden accumulator (see cpu_extra_bytes_bound()).
 //
 // Vocabulary parallelism: each rank holds rows [vocab_start, vocab_start + vocab) of a vocab_total-row weight; the
 // per-token max, sum-exp and target logit are combined with two all-reduces and d_hidden is summed across ranks.
 // The core takes that all-reduce as a callback (CrossRankAllReduce) so it has no MPI dependency; the comm-backed
-// wrapper lives in linear_ce_vocab_parallel.h.
+// wrapper lives in linear_ce_vocab_parallel.h. A shard without a callback is refused (it would be a partial loss).
 #pragma once
 
 #include <cstddef>
@@ -31,7 +33,6 @@ using lcplan::float_to_bf16;
 using lcplan::from_float;
 using lcplan::round_bf16;
 using lcplan::to_float;
-
 
 enum class DType : uint8_t { F32, BF16 };
 
@@ -70,6 +71,11 @@ using CrossRankAllReduce = std::function<void(float* buf, size_t count, CrossRan
 
 // Throws std::invalid_argument with one sentence naming the first bad field (sizes, tiles, options, shard bounds).
 void validate(const Problem& p, const Options& o);
+// True when `p` holds only part of the vocabulary (vocab_start != 0 or vocab_total != vocab).
+bool is_shard(const Problem& p);
+// Throws std::invalid_argument when `p` is a shard but no cross-rank all-reduce was given: the per-rank result
+// would be a partial loss, silently wrong.
+void validate_shard(const Problem& p, bool has_all_reduce);
 // Throws std::invalid_argument naming the first target outside [0, vocab_total) that is not ignore_index.
 void validate_targets(const Problem& p, const Options& o, const int64_t* targets);
 int64_t count_valid(const int64_t* targets, int64_t n, int64_t ignore_index);

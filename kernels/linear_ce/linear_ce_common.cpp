@@ -38,6 +38,15 @@ void validate(const Problem& p, const Options& o) {
   if (!(o.z_loss >= 0.0f) || !std::isfinite(o.z_loss)) bad("z_loss must be a finite value >= 0 (0 disables it).");
 }
 
+bool is_shard(const Problem& p) { return p.vocab_start != 0 || p.total() != p.vocab; }
+
+void validate_shard(const Problem& p, bool has_all_reduce) {
+  if (is_shard(p) && !has_all_reduce)
+    bad("vocab_start = " + std::to_string(p.vocab_start) + " and vocab_total = " + std::to_string(p.total()) +
+        " describe a vocabulary shard of " + std::to_string(p.vocab) +
+        " rows but no cross-rank all-reduce was given (use the vocabulary-parallel entry point).");
+}
+
 void validate_targets(const Problem& p, const Options& o, const int64_t* targets) {
   if (p.tokens > 0 && targets == nullptr) bad("targets is null but tokens > 0.");
   const int64_t v = p.total();
@@ -61,10 +70,11 @@ size_t cpu_extra_bytes_bound(int64_t tokens, int64_t hidden, DType t, const Opti
   const size_t nt = std::min<size_t>(static_cast<size_t>(o.token_tile), std::max<size_t>(n, 1));
   const size_t vt = static_cast<size_t>(o.vocab_tile);
   const bool b = t == DType::BF16;
-  // Forward: m, s, target logit, cross-rank max (4N) + logits tile + (bf16) fp32 copies of hidden and a weight tile.
-  const size_t fwd = 4 * n + nt * vt + (b ? n * h + vt * h : 0);
-  // Backward: upstream grads (N) + logits tile + (bf16) fp32 hidden, weight tile, d_weight tile and d_hidden.
-  const size_t bwd = n + nt * vt + (b ? n * h + vt * h + vt * h + n * h : 0);
+  // Forward: m, s, target logit, cross-rank max (4N) + logits tile + (bf16) fp32 tiles of hidden and weight.
+  const size_t fwd = 4 * n + nt * vt + (b ? nt * h + vt * h : 0);
+  // Backward: upstream grads (N) + logits tile + (bf16) fp32 hidden and weight tiles, the d_weight tile accumulator
+  // and the [N x H] d_hidden accumulator (fp32 outputs accumulate in place).
+  const size_t bwd = n + nt * vt + (b ? nt * h + vt * h + vt * h + n * h : 0);
   return sizeof(float) * std::max(fwd, bwd);
 }
 

@@ -1,13 +1,12 @@
 // CPU linear cross-entropy: vocabulary tiles x token tiles, Eigen fp32 GEMMs, the shared LCPLAN_HD math per element.
 // Loop order is vocab tile outer, token tile inner: each d_weight tile is complete when its vocab tile ends (so it
 // needs only a [vocab_tile x H] accumulator), while d_hidden accumulates over vocab tiles in an [N x H] buffer.
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
 
+#include "kernels/linear_ce/cpu_util.h"
 #include "kernels/linear_ce/linear_ce.h"
 #include "kernels/linear_ce/scratch.h"
 
@@ -15,18 +14,12 @@ namespace lcplan::linear_ce {
 
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapC = Eigen::Map<const RowMat>;
-using MapM = Eigen::Map<RowMat>;
+using detail::from_f32;
+using detail::MapC;
+using detail::MapM;
+using detail::rows_f32;
 using detail::Scratch;
 using detail::ScratchMeter;
-
-void to_f32(const bf16* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
-}
-void from_f32(const float* src, bf16* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
-}
 
 void check_pointers(const Problem& p, const void* hidden, const void* weight, const void* a, const void* b) {
   if (weight == nullptr || a == nullptr) throw std::invalid_argument("linear_ce: weight or an output pointer is null.");
@@ -34,33 +27,25 @@ void check_pointers(const Problem& p, const void* hidden, const void* weight, co
     throw std::invalid_argument("linear_ce: hidden or an output pointer is null while tokens > 0.");
 }
 
-// fp32 view of the hidden states: the input itself, or a converted copy charged to the meter.
-struct HiddenF32 {
-  std::optional<Scratch<float>> copy;
-  const float* ptr = nullptr;
-  HiddenF32(ScratchMeter& m, DType t, const void* hidden, size_t n) {
-    if (t == DType::F32) {
-      ptr = static_cast<const float*>(hidden);
-      return;
-    }
-    copy.emplace(m, n);
-    to_f32(static_cast<const bf16*>(hidden), copy->data(), n);
-    ptr = copy->data();
+// bf16 inputs are widened one tile at a time into these buffers (fp32 inputs are used in place): extra memory stays
+// O(token_tile * H + vocab_tile * H) instead of an N x H copy of hidden.
+struct TileBuffers {
+  std::optional<Scratch<float>> e, w;
+  TileBuffers(ScratchMeter& m, DType t, int64_t nt_max, int64_t vt_max, int64_t h) {
+    if (t != DType::BF16) return;
+    e.emplace(m, static_cast<size_t>(nt_max * h));
+    w.emplace(m, static_cast<size_t>(vt_max * h));
   }
+  float* ebuf() { return e ? e->data() : nullptr; }
+  float* wbuf() { return w ? w->data() : nullptr; }
 };
-
-// Rows [v0, v0+vt) of the weight as fp32: a pointer into the input, or converted into a reusable tile buffer.
-const float* weight_tile(DType t, const void* weight, int64_t v0, int64_t vt, int64_t h, Scratch<float>* buf) {
-  if (t == DType::F32) return static_cast<const float*>(weight) + v0 * h;
-  to_f32(static_cast<const bf16*>(weight) + v0 * h, buf->data(), static_cast<size_t>(vt * h));
-  return buf->data();
-}
 
 }  // namespace
 
 void forward_cpu(const Problem& p, DType t, const void* hidden, const void* weight, const int64_t* targets, float* loss,
                  float* lse, const Options& o, Stats* stats, const CrossRankAllReduce& all_reduce) {
   validate(p, o);
+  validate_shard(p, static_cast<bool>(all_reduce));
   validate_targets(p, o, targets);
   check_pointers(p, hidden, weight, loss, lse);
   const int64_t n = p.tokens, h = p.hidden, v = p.vocab;
@@ -79,18 +64,16 @@ void forward_cpu(const Problem& p, DType t, const void* hidden, const void* weig
       tl[i] = 0.0f;
     }
     {
-      HiddenF32 e(meter, t, hidden, static_cast<size_t>(n * h));
-      std::optional<Scratch<float>> wbuf;
-      if (t == DType::BF16) wbuf.emplace(meter, static_cast<size_t>(vt_max * h));
+      TileBuffers bufs(meter, t, nt_max, vt_max, h);
       Scratch<float> logits(meter, static_cast<size_t>(nt_max * vt_max));
       for (int64_t v0 = 0; v0 < v; v0 += vt_max) {
         const int64_t vt = std::min(vt_max, v - v0);
         const int64_t g0 = p.vocab_start + v0;  // global id of this tile's first column
-        MapC w(weight_tile(t, weight, v0, vt, h, wbuf ? &*wbuf : nullptr), vt, h);
+        MapC w(rows_f32(t, weight, v0, vt, h, bufs.wbuf()), vt, h);
         for (int64_t t0 = 0; t0 < n; t0 += nt_max) {
           const int64_t nt = std::min(nt_max, n - t0);
           MapM l(logits.data(), nt, vt);
-          l.noalias() = MapC(e.ptr + t0 * h, nt, h) * w.transpose();
+          l.noalias() = MapC(rows_f32(t, hidden, t0, nt, h, bufs.ebuf()), nt, h) * w.transpose();
           for (int64_t r = 0; r < nt; ++r) {
             const int64_t i = t0 + r;
             float* row = logits.data() + r * vt;
@@ -142,6 +125,7 @@ void backward_cpu(const Problem& p, DType t, const void* hidden, const void* wei
                   const float* lse, const float* grad_loss, void* d_hidden, void* d_weight, const Options& o,
                   Stats* stats, const CrossRankAllReduce& all_reduce) {
   validate(p, o);
+  validate_shard(p, static_cast<bool>(all_reduce));
   validate_targets(p, o, targets);
   check_pointers(p, hidden, weight, d_weight, d_hidden);
   if (grad_loss == nullptr || (p.tokens > 0 && lse == nullptr))
@@ -157,13 +141,14 @@ void backward_cpu(const Problem& p, DType t, const void* hidden, const void* wei
     for (int64_t i = 0; i < n; ++i)
       g[i] = upstream_grad(o.reduction, is_ignored(targets[i], o.ignore_index), grad_loss, i, n_valid);
 
-    HiddenF32 e(meter, t, hidden, static_cast<size_t>(n * h));
-    // fp32 outputs are their own accumulators; bf16 outputs get fp32 ones (rounded once at the end).
-    std::optional<Scratch<float>> de_buf, dw_buf, wbuf;
+    TileBuffers bufs(meter, t, nt_max, vt_max, h);
+    // fp32 outputs are their own accumulators. bf16 outputs get fp32 ones, rounded once at the end: a [vocab_tile x H]
+    // tile for d_weight, but all of [N x H] for d_hidden, which sums over every vocabulary tile (the output's own
+    // precision would otherwise round ceil(V / vocab_tile) times).
+    std::optional<Scratch<float>> de_buf, dw_buf;
     if (b16) {
       de_buf.emplace(meter, static_cast<size_t>(n * h), true);
       dw_buf.emplace(meter, static_cast<size_t>(vt_max * h));
-      wbuf.emplace(meter, static_cast<size_t>(vt_max * h));
     } else {
       std::fill_n(static_cast<float*>(d_hidden), n * h, 0.0f);
     }
@@ -173,7 +158,7 @@ void backward_cpu(const Problem& p, DType t, const void* hidden, const void* wei
     for (int64_t v0 = 0; v0 < v; v0 += vt_max) {
       const int64_t vt = std::min(vt_max, v - v0);
       const int64_t g0 = p.vocab_start + v0;
-      MapC w(weight_tile(t, weight, v0, vt, h, wbuf ? &*wbuf : nullptr), vt, h);
+      MapC w(rows_f32(t, weight, v0, vt, h, bufs.wbuf()), vt, h);
       float* dw_ptr = b16 ? dw_buf->data() : static_cast<float*>(d_weight) + v0 * h;
       MapM dw(dw_ptr, vt, h);
       dw.setZero();
@@ -182,7 +167,7 @@ void backward_cpu(const Problem& p, DType t, const void* hidden, const void* wei
         // A token tile whose rows all have zero upstream gradient (ignored) contributes exactly nothing.
         if (std::all_of(g.data() + t0, g.data() + t0 + nt, [](float x) { return x == 0.0f; })) continue;
         MapM l(logits.data(), nt, vt);
-        MapC et(e.ptr + t0 * h, nt, h);
+        MapC et(rows_f32(t, hidden, t0, nt, h, bufs.ebuf()), nt, h);
         l.noalias() = et * w.transpose();
         for (int64_t r = 0; r < nt; ++r) {
           const int64_t i = t0 + r;

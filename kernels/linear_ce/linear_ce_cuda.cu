@@ -26,6 +26,8 @@ struct Layout {
   size_t logits = 0, dtile = 0, m = 0, st = 0, tok = 0, g = 0, de = 0, dw = 0, status = 0, total = 0;
 };
 
+// The forward's cross-rank max needs an N-float buffer too: it borrows `tok` (or the loss output for
+// Reduction::None), which holds nothing until finalize.
 Layout layout(const Problem& p, DType t, const Options& o, bool backward) {
   const size_t n = static_cast<size_t>(p.tokens), h = static_cast<size_t>(p.hidden);
   const size_t nt = static_cast<size_t>(std::min<int64_t>(o.token_tile, std::max<int64_t>(p.tokens, 1)));
@@ -43,7 +45,7 @@ Layout layout(const Problem& p, DType t, const Options& o, bool backward) {
   if (!backward) {
     l.m = take(n * sizeof(float));
     l.st = take(2 * n * sizeof(float));
-    l.tok = take(n * sizeof(float));
+    if (o.reduction != Reduction::None) l.tok = take(n * sizeof(float));  // None writes per-token losses to `loss`
   } else {
     l.g = take(n * sizeof(float));
     if (b16) {
@@ -108,6 +110,14 @@ __global__ void init_state_kernel(float* m, float* st, int64_t n) {
     m[i] = -INFINITY;
     st[i] = 0.0f;
     st[n + i] = 0.0f;
+  }
+}
+
+// Cross-rank combine: each rank re-expresses its sum-exp relative to the all-reduced max before the sums are added.
+__global__ void rescale_kernel(float* m, float* s, const float* m_global, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    s[i] = lse_rescale(s[i], m[i], m_global[i]);
+    m[i] = m_global[i];
   }
 }
 
@@ -186,16 +196,28 @@ __global__ void to_bf16_kernel(const float* src, bf16* dst, int64_t n) {
     dst[i] = float_to_bf16(src[i]);
 }
 
-void check_args(const Problem& p, const Options& o, const void* hidden, const void* weight, const int64_t* targets,
-                const void* out_a, const void* out_b, void* ws, size_t ws_size, size_t need) {
+void check_args(const Problem& p, const Options& o, bool has_all_reduce, const void* hidden, const void* weight,
+                const int64_t* targets, const void* out_a, const void* out_b, void* ws, size_t ws_size, size_t need) {
   validate(p, o);
-  if (weight == nullptr || out_a == nullptr || (p.tokens > 0 && (hidden == nullptr || targets == nullptr || out_b == nullptr)))
+  validate_shard(p, has_all_reduce);
+  if (weight == nullptr || out_a == nullptr ||
+      (p.tokens > 0 && (hidden == nullptr || targets == nullptr || out_b == nullptr)))
     throw std::invalid_argument("linear_ce: a required device pointer is null.");
   if (std::min<int64_t>(o.token_tile, p.tokens) > 65535)
     throw std::invalid_argument("linear_ce: token_tile above 65535 exceeds the CUDA grid's y dimension.");
   if (ws == nullptr || ws_size < need)
     throw std::invalid_argument("linear_ce: workspace is " + std::to_string(ws_size) + " bytes but " +
                                 std::to_string(need) + " are needed (see cuda::workspace_bytes).");
+}
+
+// Waits for the status word the target check wrote and throws if any target was out of range.
+void report_bad_targets(const int* status, const Problem& p, cudaStream_t stream) {
+  int bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&bad, status, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (bad > 0)
+    throw std::invalid_argument("linear_ce: " + std::to_string(bad) + " targets are outside [0, " +
+                                std::to_string(p.total()) + ") and are not ignore_index; the outputs are invalid.");
 }
 
 }  // namespace
@@ -208,8 +230,15 @@ size_t workspace_bytes(const Problem& p, DType t, const Options& o) {
 void forward(cublasHandle_t handle, const Problem& p, DType t, const void* hidden, const void* weight,
              const int64_t* targets, float* loss, float* lse, const Options& o, void* workspace, size_t workspace_size,
              cudaStream_t stream) {
+  forward(handle, p, t, hidden, weight, targets, loss, lse, o, DeviceAllReduce{}, workspace, workspace_size, stream);
+}
+
+void forward(cublasHandle_t handle, const Problem& p, DType t, const void* hidden, const void* weight,
+             const int64_t* targets, float* loss, float* lse, const Options& o, const DeviceAllReduce& all_reduce,
+             void* workspace, size_t workspace_size, cudaStream_t stream) {
   const Layout l = layout(p, t, o, false);
-  check_args(p, o, hidden, weight, targets, loss, lse, workspace, workspace_size, l.total);
+  check_args(p, o, static_cast<bool>(all_reduce), hidden, weight, targets, loss, lse, workspace, workspace_size,
+             l.total);
   const int64_t n = p.tokens, h = p.hidden, v = p.vocab;
   const int64_t nt_max = std::min<int64_t>(o.token_tile, std::max<int64_t>(n, 1));
   const int64_t vt_max = std::min<int64_t>(o.vocab_tile, v);
@@ -237,6 +266,16 @@ void forward(cublasHandle_t handle, const Problem& p, DType t, const void* hidde
       CUDA_CHECK(cudaGetLastError());
     }
   }
+  // Every rank holds the same tokens, so all skip (or all run) the combine together.
+  if (all_reduce && n > 0) {
+    // Same combine as the CPU path: max first, rescale each rank's sum-exp to it, then sum [s, target logit].
+    float* m_global = tok;
+    CUDA_CHECK(cudaMemcpyAsync(m_global, m, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    all_reduce(m_global, static_cast<size_t>(n), CrossRankOp::Max, stream);
+    rescale_kernel<<<grid_for(n), kThreads, 0, stream>>>(m, st, m_global, n);
+    CUDA_CHECK(cudaGetLastError());
+    all_reduce(st, static_cast<size_t>(2 * n), CrossRankOp::Sum, stream);
+  }
   if (n > 0) {
     finalize_kernel<<<grid_for(n), kThreads, 0, stream>>>(m, st, st + n, targets, n, o.ignore_index, o.z_loss, lse, tok);
     CUDA_CHECK(cudaGetLastError());
@@ -245,19 +284,23 @@ void forward(cublasHandle_t handle, const Problem& p, DType t, const void* hidde
     reduce_loss_kernel<<<1, kThreads, 0, stream>>>(tok, n, status, o.reduction, loss);
     CUDA_CHECK(cudaGetLastError());
   }
-  int bad = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&bad, status, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (bad > 0)
-    throw std::invalid_argument("linear_ce: " + std::to_string(bad) + " targets are outside [0, " +
-                                std::to_string(p.total()) + ") and are not ignore_index.");
+  report_bad_targets(status, p, stream);
 }
 
 void backward(cublasHandle_t handle, const Problem& p, DType t, const void* hidden, const void* weight,
               const int64_t* targets, const float* lse, const float* grad_loss, void* d_hidden, void* d_weight,
               const Options& o, void* workspace, size_t workspace_size, cudaStream_t stream) {
+  backward(handle, p, t, hidden, weight, targets, lse, grad_loss, d_hidden, d_weight, o, DeviceAllReduce{}, workspace,
+           workspace_size, stream);
+}
+
+void backward(cublasHandle_t handle, const Problem& p, DType t, const void* hidden, const void* weight,
+              const int64_t* targets, const float* lse, const float* grad_loss, void* d_hidden, void* d_weight,
+              const Options& o, const DeviceAllReduce& all_reduce, void* workspace, size_t workspace_size,
+              cudaStream_t stream) {
   const Layout l = layout(p, t, o, true);
-  check_args(p, o, hidden, weight, targets, d_weight, d_hidden, workspace, workspace_size, l.total);
+  check_args(p, o, static_cast<bool>(all_reduce), hidden, weight, targets, d_weight, d_hidden, workspace,
+             workspace_size, l.total);
   if (grad_loss == nullptr || (p.tokens > 0 && lse == nullptr))
     throw std::invalid_argument("linear_ce: grad_loss or lse is null.");
   const int64_t n = p.tokens, h = p.hidden, v = p.vocab;
@@ -309,10 +352,13 @@ void backward(cublasHandle_t handle, const Problem& p, DType t, const void* hidd
       CUDA_CHECK(cudaGetLastError());
     }
   }
+  // Each rank saw only its vocabulary rows: the full d_hidden is the sum of the partial ones, taken in fp32.
+  if (all_reduce && n > 0) all_reduce(de, static_cast<size_t>(n * h), CrossRankOp::Sum, stream);
   if (b16 && n > 0) {
     to_bf16_kernel<<<grid_for(n * h), kThreads, 0, stream>>>(de, static_cast<bf16*>(d_hidden), n * h);
     CUDA_CHECK(cudaGetLastError());
   }
+  report_bad_targets(status, p, stream);
 }
 
 }  // namespace lcplan::linear_ce::cuda

@@ -1,7 +1,7 @@
 // Tile math of linear cross-entropy, shared verbatim by the CPU implementation and the CUDA kernels.
 //
 // Per token i with logits z_i = h_i . W^T (optionally soft-capped: c * tanh(z / c)):
-//   lse_i  = log sum_v exp(z_iv), built tile by tile from a running (max, sum-exp) pair merged with log-add-exp;
+//   lse_i  = log sum_v exp(z_iv), built tile by tile from a running (max, sum-exp) pair merged with lse_merge;
 //   loss_i = lse_i - z_i[target_i] + zloss * lse_i^2            (0 for ignored tokens);
 //   d z_iv = g_i * (softmax_iv * (1 + 2 zloss lse_i) - [v == target_i]) * dcap(z_iv),
 // where g_i is the upstream gradient of loss_i (1/n_valid for mean, 1 for sum, grad[i] for none).
@@ -25,7 +25,8 @@ struct LseState {
 
 LCPLAN_HD LseState lse_empty() { return LseState{-INFINITY, 0.0f}; }
 
-// Merging two partial states never evaluates exp of a positive number, so it cannot overflow.
+// log-add-exp of two partial states in (max, sum-exp) form; never evaluates exp of a positive number, so it cannot
+// overflow.
 LCPLAN_HD LseState lse_merge(LseState a, LseState b) {
   if (a.m == -INFINITY) return b;  // avoids (-inf) - (-inf) = NaN when a side is empty
   if (b.m == -INFINITY) return a;
@@ -36,15 +37,6 @@ LCPLAN_HD LseState lse_merge(LseState a, LseState b) {
 LCPLAN_HD LseState lse_push(LseState a, float x) { return lse_merge(a, LseState{x, 1.0f}); }
 
 LCPLAN_HD float lse_value(LseState a) { return a.m == -INFINITY ? -INFINITY : a.m + logf(a.s); }
-
-// log(exp(a) + exp(b)) without overflow; -inf is the identity.
-LCPLAN_HD float log_add_exp(float a, float b) {
-  if (a == -INFINITY) return b;
-  if (b == -INFINITY) return a;
-  const float hi = a > b ? a : b;
-  const float lo = a > b ? b : a;
-  return hi + log1pf(expf(lo - hi));
-}
 
 // Re-expresses a sum-exp taken relative to m_local relative to a larger m_global (cross-rank combine).
 LCPLAN_HD float lse_rescale(float s, float m_local, float m_global) {

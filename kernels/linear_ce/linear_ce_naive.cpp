@@ -1,12 +1,10 @@
 // Paired baseline: the materialised-logits cross-entropy a framework runs, [N x V] logits in memory at once.
 // With bf16 inputs it rounds the logits and their gradient to bf16, as a bf16 matmul output and autograd would.
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <cmath>
-#include <optional>
 #include <stdexcept>
 
+#include "kernels/linear_ce/cpu_util.h"
 #include "kernels/linear_ce/linear_ce.h"
 #include "kernels/linear_ce/scratch.h"
 
@@ -14,27 +12,11 @@ namespace lcplan::linear_ce {
 
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapC = Eigen::Map<const RowMat>;
-using MapM = Eigen::Map<RowMat>;
+using detail::F32View;
+using detail::MapC;
+using detail::MapM;
 using detail::Scratch;
 using detail::ScratchMeter;
-
-// fp32 copy (bf16) or view (fp32) of an input matrix.
-struct F32View {
-  std::optional<Scratch<float>> copy;
-  const float* ptr = nullptr;
-  F32View(ScratchMeter& m, DType t, const void* src, size_t n) {
-    if (t == DType::F32) {
-      ptr = static_cast<const float*>(src);
-      return;
-    }
-    copy.emplace(m, n);
-    const bf16* s = static_cast<const bf16*>(src);
-    for (size_t i = 0; i < n; ++i) (*copy)[i] = bf16_to_float(s[i]);
-    ptr = copy->data();
-  }
-};
 
 void check_single_rank(const Problem& p) {
   if (p.vocab_start != 0 || (p.vocab_total >= 0 && p.vocab_total != p.vocab))
@@ -64,8 +46,8 @@ void forward_naive_cpu(const Problem& p, DType t, const void* hidden, const void
   const int64_t n = p.tokens, h = p.hidden, v = p.vocab;
   ScratchMeter meter;
   {
-    F32View e(meter, t, hidden, static_cast<size_t>(n * h));
-    F32View w(meter, t, weight, static_cast<size_t>(v * h));
+    F32View e(meter, t, hidden, n, h);
+    F32View w(meter, t, weight, v, h);
     Scratch<float> logits(meter, static_cast<size_t>(n * v));
     logits_full(p, t, e.ptr, w.ptr, o.softcap, logits.data());
     double total = 0.0;
@@ -101,8 +83,8 @@ void backward_naive_cpu(const Problem& p, DType t, const void* hidden, const voi
   const bool b16 = t == DType::BF16;
   ScratchMeter meter;
   {
-    F32View e(meter, t, hidden, static_cast<size_t>(n * h));
-    F32View w(meter, t, weight, static_cast<size_t>(v * h));
+    F32View e(meter, t, hidden, n, h);
+    F32View w(meter, t, weight, v, h);
     Scratch<float> d(meter, static_cast<size_t>(n * v));
     logits_full(p, t, e.ptr, w.ptr, o.softcap, d.data());
     const int64_t n_valid = count_valid(targets, n, o.ignore_index);
@@ -121,10 +103,10 @@ void backward_naive_cpu(const Problem& p, DType t, const void* hidden, const voi
     } else {
       Scratch<float> de(meter, static_cast<size_t>(n * h));
       MapM(de.data(), n, h).noalias() = dl * MapC(w.ptr, v, h);
-      for (int64_t k = 0; k < n * h; ++k) static_cast<bf16*>(d_hidden)[k] = float_to_bf16(de[k]);
+      detail::from_f32(de.data(), static_cast<bf16*>(d_hidden), static_cast<size_t>(n * h));
       Scratch<float> dw(meter, static_cast<size_t>(v * h));
       MapM(dw.data(), v, h).noalias() = dl.transpose() * MapC(e.ptr, n, h);
-      for (int64_t k = 0; k < v * h; ++k) static_cast<bf16*>(d_weight)[k] = float_to_bf16(dw[k]);
+      detail::from_f32(dw.data(), static_cast<bf16*>(d_weight), static_cast<size_t>(v * h));
     }
   }
   if (stats) stats->peak_extra_bytes = meter.peak();

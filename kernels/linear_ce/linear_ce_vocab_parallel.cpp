@@ -2,6 +2,7 @@
 #include "kernels/linear_ce/linear_ce_vocab_parallel.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,7 +22,18 @@ CrossRankAllReduce comm_all_reduce(const comm::Comm& c) {
   };
 }
 
-void check_vocab_parallel(const comm::Comm& c, const Problem& p, const Options& o, const int64_t* targets) {
+namespace {
+
+// Bit pattern of a float option, so "same value" means bit-identical (what the combine relies on).
+int64_t bits_of(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+void check_vocab_parallel(const comm::Comm& c, const Problem& p, DType t, const Options& o, const int64_t* targets) {
   std::string local_error;
   try {
     if (p.vocab_total < 0) throw std::invalid_argument("linear_ce: vocab_total must be set under vocabulary parallelism.");
@@ -34,28 +46,36 @@ void check_vocab_parallel(const comm::Comm& c, const Problem& p, const Options& 
   int64_t sum = 0;
   if (local_error.empty())
     for (int64_t i = 0; i < p.tokens; ++i) sum += (i % 1021 + 1) * (targets[i] + 7);
-  constexpr int kFields = 9;
+  enum Field { kOk, kTokens, kHidden, kVocabTotal, kStart, kVocab, kReduction, kIgnore, kTargets, kDType, kSoftcap,
+               kZLoss, kVocabTile, kTokenTile, kFields };
   const int64_t mine[kFields] = {local_error.empty() ? 1 : 0, p.tokens, p.hidden, p.vocab_total, p.vocab_start,
-                                 p.vocab, static_cast<int64_t>(o.reduction), o.ignore_index, sum};
+                                 p.vocab, static_cast<int64_t>(o.reduction), o.ignore_index, sum,
+                                 static_cast<int64_t>(t), bits_of(o.softcap), bits_of(o.z_loss), o.vocab_tile,
+                                 o.token_tile};
+  constexpr const char* names[kFields] = {"", "tokens", "hidden", "vocab_total", "", "", "reduction", "ignore_index",
+                                          "targets", "dtype", "softcap", "z_loss", "vocab_tile", "token_tile"};
+  // The check exchanges host values, so it runs over the MPI side even for a NCCL communicator (whose mpi handle
+  // is always valid and spans the same ranks).
+  comm::Comm host = c;
+  host.backend = comm::Backend::Mpi;
   std::vector<int64_t> all(static_cast<size_t>(kFields) * c.size);
-  comm::all_gather(c, mine, all.data(), kFields, comm::DType::I64);
+  comm::all_gather(host, mine, all.data(), kFields, comm::DType::I64);
   if (!local_error.empty()) throw std::invalid_argument(local_error);
   auto field = [&](int r, int f) { return all[static_cast<size_t>(r) * kFields + f]; };
-  constexpr const char* names[kFields] = {"", "tokens", "hidden", "vocab_total", "", "", "reduction", "ignore_index",
-                                       "targets"};
   int64_t next = 0;
   for (int r = 0; r < c.size; ++r) {
-    if (field(r, 0) == 0)
+    if (field(r, kOk) == 0)
       throw std::invalid_argument("linear_ce: rank " + std::to_string(r) + " passed invalid input (see its error).");
-    for (int f : {1, 2, 3, 6, 7, 8})
+    for (int f : {kTokens, kHidden, kVocabTotal, kReduction, kIgnore, kTargets, kDType, kSoftcap, kZLoss, kVocabTile,
+                  kTokenTile})
       if (field(r, f) != field(0, f))
         throw std::invalid_argument(std::string("linear_ce: ranks 0 and ") + std::to_string(r) + " disagree on " +
                                     names[f] + ".");
-    if (field(r, 4) != next)
+    if (field(r, kStart) != next)
       throw std::invalid_argument("linear_ce: rank " + std::to_string(r) + "'s shard starts at " +
-                                  std::to_string(field(r, 4)) + " but the previous shards end at " +
+                                  std::to_string(field(r, kStart)) + " but the previous shards end at " +
                                   std::to_string(next) + ".");
-    next += field(r, 5);
+    next += field(r, kVocab);
   }
   if (next != p.vocab_total)
     throw std::invalid_argument("linear_ce: the shards cover " + std::to_string(next) + " rows but vocab_total is " +
@@ -64,14 +84,14 @@ void check_vocab_parallel(const comm::Comm& c, const Problem& p, const Options& 
 
 void forward_vocab_parallel_cpu(const comm::Comm& c, const Problem& p, DType t, const void* hidden, const void* weight,
                                 const int64_t* targets, float* loss, float* lse, const Options& o, Stats* stats) {
-  check_vocab_parallel(c, p, o, targets);
+  check_vocab_parallel(c, p, t, o, targets);
   forward_cpu(p, t, hidden, weight, targets, loss, lse, o, stats, comm_all_reduce(c));
 }
 
 void backward_vocab_parallel_cpu(const comm::Comm& c, const Problem& p, DType t, const void* hidden,
                                  const void* weight, const int64_t* targets, const float* lse, const float* grad_loss,
                                  void* d_hidden, void* d_weight, const Options& o, Stats* stats) {
-  check_vocab_parallel(c, p, o, targets);
+  check_vocab_parallel(c, p, t, o, targets);
   backward_cpu(p, t, hidden, weight, targets, lse, grad_loss, d_hidden, d_weight, o, stats, comm_all_reduce(c));
 }
 

@@ -19,9 +19,11 @@ VocabShard even_shard(int64_t vocab_total, int rank, int ranks);
 // The CrossRankAllReduce hook backed by comm::all_reduce on `c` (fp32, in place).
 CrossRankAllReduce comm_all_reduce(const comm::Comm& c);
 
-// Collective: throws std::invalid_argument on every rank if any rank's input is invalid or the ranks disagree
-// (tokens, hidden, vocab_total, reduction, ignore_index, targets) or the shards do not tile [0, vocab_total) in order.
-void check_vocab_parallel(const comm::Comm& c, const Problem& p, const Options& o, const int64_t* targets);
+// Collective over c's MPI side (also for a NCCL communicator; `targets` is host memory): throws
+// std::invalid_argument on every rank if any rank's input is invalid, the ranks disagree (tokens, hidden,
+// vocab_total, reduction, ignore_index, targets, dtype, softcap, z_loss, vocab_tile, token_tile) or the shards do
+// not tile [0, vocab_total) in order.
+void check_vocab_parallel(const comm::Comm& c, const Problem& p, DType t, const Options& o, const int64_t* targets);
 
 void forward_vocab_parallel_cpu(const comm::Comm& c, const Problem& p, DType t, const void* hidden, const void* weight,
                                 const int64_t* targets, float* loss, float* lse, const Options& o,

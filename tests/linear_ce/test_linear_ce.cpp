@@ -1,36 +1,33 @@
-// Linear CE on the CPU: shared math, fp32 and bf16 paths against an fp64 reference, edge cases, memory, bad input,
-// and the vocabulary-parallel combine driven through its cross-rank hook by threads (MPI is in its own test).
+// Linear CE on the CPU: shared math, fp32 and bf16 paths against an fp64 reference, edge cases, memory (scratch meter
+// and every heap byte), bad input, and the vocabulary-parallel combine driven through its cross-rank hook by threads
+// (MPI is in its own test).
 #include <gtest/gtest.h>
 
-#include <barrier>
+#include <Eigen/Core>
+
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <thread>
 
+#include "tests/linear_ce/heap_counter.h"
 #include "tests/linear_ce/reference.h"
 
 namespace lcplan::linear_ce {
 namespace {
 
 using test::Data;
-using test::expect_no_worse;
+using test::error_of;
+using test::expect_bf16_close;
 using test::expect_rel;
+using test::log_add_exp;
 using test::make_data;
+using test::odd_tiles;
 using test::reference;
 using test::run_cpu;
 using test::run_naive;
 
 constexpr double kF32Rtol = 1e-5;
-constexpr double kBf16Atol = 1e-2;
-
-Options odd_tiles(Reduction r) {
-  Options o;
-  o.reduction = r;
-  o.vocab_tile = 256;  // does not divide 1231
-  o.token_tile = 100;  // does not divide 252
-  return o;
-}
 
 void expect_f32_matches(const Data& d, const Options& o, const test::Outputs& ours) {
   const auto ref = reference(d, o);
@@ -117,16 +114,7 @@ TEST_P(Reductions, NaiveFp32BaselineMatchesFp64) {
 TEST_P(Reductions, Bf16NoWorseThanNaiveBf16) {
   const Data d = make_data(252, 507, 1231, DType::BF16, 13);
   const Options o = odd_tiles(GetParam());
-  const auto ref = reference(d, o);
-  const auto ours = run_cpu(d, o);
-  const auto naive = run_naive(d, o);
-  expect_no_worse("loss", ours.loss, naive.loss, ref.loss, kBf16Atol);
-  expect_no_worse("d_hidden", ours.dh, naive.dh, ref.dh, kBf16Atol);
-  expect_no_worse("d_weight", ours.dw, naive.dw, ref.dw, kBf16Atol);
-  // fp32 accumulation leaves only the output rounding: hold the bf16 path to a few bf16 ulps of the truth too.
-  expect_rel("loss (bf16 inputs)", ours.loss, ref.loss, 1e-5);
-  expect_rel("d_hidden (bf16)", ours.dh, ref.dh, 8e-3);
-  expect_rel("d_weight (bf16)", ours.dw, ref.dw, 8e-3);
+  expect_bf16_close(run_cpu(d, o), run_naive(d, o), reference(d, o));
 }
 
 INSTANTIATE_TEST_SUITE_P(LinearCe, Reductions, ::testing::Values(Reduction::None, Reduction::Mean, Reduction::Sum),
@@ -179,16 +167,9 @@ TEST(LinearCe, OneToken) {
   for (DType t : {DType::F32, DType::BF16}) {
     const Data d = make_data(1, 77, 301, t, 18, 0.0);
     const Options o = odd_tiles(Reduction::Mean);
-    const auto ref = reference(d, o);
     const auto ours = run_cpu(d, o);
-    if (t == DType::F32) {
-      expect_f32_matches(d, o, ours);
-    } else {
-      const auto naive = run_naive(d, o);
-      expect_no_worse("loss", ours.loss, naive.loss, ref.loss, kBf16Atol);
-      expect_no_worse("d_hidden", ours.dh, naive.dh, ref.dh, kBf16Atol);
-      expect_no_worse("d_weight", ours.dw, naive.dw, ref.dw, kBf16Atol);
-    }
+    if (t == DType::F32) expect_f32_matches(d, o, ours);
+    else expect_bf16_close(ours, run_naive(d, o), reference(d, o));
   }
 }
 
@@ -242,17 +223,62 @@ TEST(LinearCe, MeasuredPeakIsTheSameForEveryVocabAboveOneTile) {
   EXPECT_EQ(a.bwd_stats.peak_extra_bytes, b.bwd_stats.peak_extra_bytes);
 }
 
-// ---- bad input ----
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
+// The scratch meter only sees what the implementation chose to meter; this counts every heap byte (malloc family:
+// operator new and Eigen's std::malloc alike), so a stray O(tokens x vocab) temporary would show up here.
+TEST(LinearCe, HeapPeakIsIndependentOfVocabulary) {
+  if (!test::heap_counting()) GTEST_SKIP() << "malloc is not interposed in this build (sanitizer or non-glibc)";
+  {
+    // The counter must see an Eigen temporary, or this test could not catch one.
+    Eigen::MatrixXf a = Eigen::MatrixXf::Ones(64, 64);
+    test::HeapWindow w;
+    Eigen::MatrixXf b = a * a;
+    EXPECT_GE(w.peak(), sizeof(float) * 64 * 64);
+    EXPECT_EQ(b(0, 0), 64.0f);
   }
-  return "";
+  for (DType t : {DType::F32, DType::BF16}) {
+    Options o;
+    o.vocab_tile = 128;
+    o.token_tile = 64;
+    const int64_t n = 200, h = 48, nt = o.token_tile, vt = o.vocab_tile;
+    // Unmetered but vocabulary-independent: Eigen's GEMM packing buffers (at most the operands of one tile GEMM)
+    // and allocator rounding.
+    const size_t slack = sizeof(float) * static_cast<size_t>(nt * vt + nt * h + vt * h) + 64 * 1024;
+    const size_t limit = cpu_extra_bytes_bound(n, h, t, o) + slack;
+    for (int64_t v : {1024, 4096, 16384}) {
+      const Data d = make_data(n, h, v, t, 26);
+      const size_t es = dtype_bytes(t);
+      std::vector<float> loss(1), lse(n);
+      std::vector<char> dh(static_cast<size_t>(n * h) * es), dw(static_cast<size_t>(v * h) * es);
+      const float one = 1.0f;
+      Stats fs, bs;
+      size_t fwd_heap = 0, bwd_heap = 0;
+      {
+        test::HeapWindow w;
+        forward_cpu(d.problem(), t, d.hidden(), d.weight(), d.targets.data(), loss.data(), lse.data(), o, &fs);
+        fwd_heap = w.peak();
+      }
+      {
+        test::HeapWindow w;
+        backward_cpu(d.problem(), t, d.hidden(), d.weight(), d.targets.data(), lse.data(), &one, dh.data(), dw.data(),
+                     o, &bs);
+        bwd_heap = w.peak();
+      }
+      EXPECT_GE(fwd_heap, fs.peak_extra_bytes) << "the counter must at least see the metered scratch";
+      EXPECT_GE(bwd_heap, bs.peak_extra_bytes);
+      EXPECT_LE(fwd_heap, limit) << to_string(t) << " V=" << v;
+      EXPECT_LE(bwd_heap, limit) << to_string(t) << " V=" << v;
+      size_t naive_heap = 0;
+      {
+        test::HeapWindow w;
+        forward_naive_cpu(d.problem(), t, d.hidden(), d.weight(), d.targets.data(), loss.data(), lse.data(), o);
+        naive_heap = w.peak();
+      }
+      EXPECT_GE(naive_heap, sizeof(float) * static_cast<size_t>(n * v)) << "the counter sees materialised logits";
+    }
+  }
 }
+
+// ---- bad input ----
 
 TEST(LinearCe, BadInputGetsOneClearSentence) {
   const Data d = make_data(4, 8, 16, DType::F32, 23);
@@ -280,6 +306,10 @@ TEST(LinearCe, BadInputGetsOneClearSentence) {
   Options neg_cap;
   neg_cap.softcap = -1.0f;
   EXPECT_NE(fwd(d.problem(), neg_cap, d.targets.data()).find("softcap"), std::string::npos);
+  // A shard without a cross-rank all-reduce would be a partial loss: refused, naming the fields.
+  const std::string shard = fwd(Problem{4, 8, 16, 0, 32}, ok, d.targets.data());
+  EXPECT_NE(shard.find("vocab_start = 0 and vocab_total = 32"), std::string::npos) << shard;
+  EXPECT_NE(shard.find("no cross-rank all-reduce"), std::string::npos) << shard;
   // The naive baseline refuses a shard rather than silently computing a partial loss.
   EXPECT_NE(error_of([&] {
               forward_naive_cpu(Problem{4, 8, 16, 0, 32}, DType::F32, d.hidden(), d.weight(), d.targets.data(),
@@ -298,31 +328,6 @@ TEST(LinearCe, CustomIgnoreIndexIsHonoured) {
 
 // ---- vocabulary parallelism through the cross-rank hook (threads stand in for ranks) ----
 
-// In-process all-reduce for `ranks` threads: publish pointers, reduce into a private copy, then write back.
-class ThreadAllReduce {
- public:
-  explicit ThreadAllReduce(int ranks) : ranks_(ranks), bufs_(ranks), sync_(ranks) {}
-  CrossRankAllReduce hook(int rank) {
-    return [this, rank](float* buf, size_t n, CrossRankOp op) {
-      bufs_[rank] = buf;
-      sync_.arrive_and_wait();
-      std::vector<float> out(buf, buf + n);
-      for (int r = 0; r < ranks_; ++r) {
-        if (r == rank) continue;
-        for (size_t k = 0; k < n; ++k)
-          out[k] = op == CrossRankOp::Max ? std::max(out[k], bufs_[r][k]) : out[k] + bufs_[r][k];
-      }
-      sync_.arrive_and_wait();
-      std::copy(out.begin(), out.end(), buf);
-    };
-  }
-
- private:
-  int ranks_;
-  std::vector<float*> bufs_;
-  std::barrier<> sync_;
-};
-
 TEST(LinearCe, VocabShardsCombinedThroughHookMatchSingleRank) {
   for (DType t : {DType::F32, DType::BF16}) {
     const Data d = make_data(70, 45, 1231, t, 25);
@@ -332,7 +337,7 @@ TEST(LinearCe, VocabShardsCombinedThroughHookMatchSingleRank) {
     const auto whole = run_cpu(d, o);
     const int ranks = 4;
     const int64_t shard = (d.v + ranks - 1) / ranks;  // uneven last shard
-    ThreadAllReduce ar(ranks);
+    test::ThreadAllReduce ar(ranks);
     std::vector<test::Outputs> per(ranks);
     std::vector<std::thread> th;
     for (int r = 0; r < ranks; ++r) {
@@ -349,25 +354,20 @@ TEST(LinearCe, VocabShardsCombinedThroughHookMatchSingleRank) {
         std::vector<char> dh(d.n * d.h * es), dw(size * d.h * es);
         backward_cpu(p, t, d.hidden(), w, d.targets.data(), out.lse.data(), &one, dh.data(), dw.data(), o, nullptr,
                      ar.hook(r));
-        for (int64_t k = 0; k < d.n * d.h; ++k)
-          out.dh.push_back(t == DType::BF16 ? bf16_to_float(reinterpret_cast<bf16*>(dh.data())[k])
-                                            : reinterpret_cast<float*>(dh.data())[k]);
-        for (int64_t k = 0; k < size * d.h; ++k)
-          out.dw.push_back(t == DType::BF16 ? bf16_to_float(reinterpret_cast<bf16*>(dw.data())[k])
-                                            : reinterpret_cast<float*>(dw.data())[k]);
+        out.dh = test::decode(dh, t);
+        out.dw = test::decode(dw, t);
       });
     }
     for (auto& x : th) x.join();
     const double tol = t == DType::F32 ? 1e-5 : 8e-3;  // bf16: one output rounding may land either side
-    std::vector<double> whole_dw(whole.dw.begin(), whole.dw.end());
     for (int r = 0; r < ranks; ++r) {
-      expect_rel("loss", per[r].loss, std::vector<double>(whole.loss.begin(), whole.loss.end()), 1e-5);
-      expect_rel("lse", per[r].lse, std::vector<double>(whole.lse.begin(), whole.lse.end()), 1e-5);
-      expect_rel("d_hidden", per[r].dh, std::vector<double>(whole.dh.begin(), whole.dh.end()), tol);
+      expect_rel("loss", per[r].loss, test::widen(whole.loss), 1e-5);
+      expect_rel("lse", per[r].lse, test::widen(whole.lse), 1e-5);
+      expect_rel("d_hidden", per[r].dh, test::widen(whole.dh), tol);
     }
     std::vector<float> dw_cat;
     for (int r = 0; r < ranks; ++r) dw_cat.insert(dw_cat.end(), per[r].dw.begin(), per[r].dw.end());
-    expect_rel("d_weight", dw_cat, whole_dw, tol);
+    expect_rel("d_weight", dw_cat, test::widen(whole.dw), tol);
   }
 }
 

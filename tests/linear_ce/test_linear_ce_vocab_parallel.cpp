@@ -1,9 +1,9 @@
 // Vocabulary-parallel linear CE under mpirun -np 4: the weight is split over ranks, the (max, sum-exp, target logit)
 // are combined through lcplan::comm, and every rank must reproduce the single-rank result it computes locally.
+// main() is mpi_main.cpp (MPI_Init around the tests, one readable log).
 #include <gtest/gtest.h>
-#include <mpi.h>
 
-#include <cstdio>
+#include <utility>
 
 #include "kernels/linear_ce/linear_ce_vocab_parallel.h"
 #include "tests/linear_ce/reference.h"
@@ -12,19 +12,11 @@ namespace lcplan::linear_ce {
 namespace {
 
 using test::Data;
+using test::decode;
+using test::error_of;
 using test::expect_rel;
 using test::make_data;
-
-std::vector<double> widen(const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); }
-
-std::vector<float> decode(const std::vector<char>& raw, DType t) {
-  std::vector<float> out;
-  const size_t n = raw.size() / dtype_bytes(t);
-  for (size_t k = 0; k < n; ++k)
-    out.push_back(t == DType::BF16 ? bf16_to_float(reinterpret_cast<const bf16*>(raw.data())[k])
-                                   : reinterpret_cast<const float*>(raw.data())[k]);
-  return out;
-}
+using test::widen;
 
 struct Shard {
   std::vector<float> loss, lse, dh, dw;
@@ -79,26 +71,15 @@ TEST(LinearCeVocabParallel, Fp32SumSoftcapZLossMatchesSingleRank) {
 TEST(LinearCeVocabParallel, Bf16MeanMatchesSingleRank) { expect_matches_single_rank(DType::BF16, Reduction::Mean, 0, 0); }
 
 // Every rank must throw (no rank may hang in a collective) when any one rank's input is wrong.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(LinearCeVocabParallel, MismatchedRanksFailOnEveryRank) {
   const comm::Comm c = comm::world_mpi();
   const Data d = make_data(16, 8, 40, DType::F32, 32);
   const VocabShard s = even_shard(d.v, c.rank, c.size);
   const float* w = d.w.data() + s.start * d.h;
   std::vector<float> loss(1), lse(d.n);
-  auto fwd = [&](Problem p, const int64_t* tg) {
-    return error_of([&] {
-      forward_vocab_parallel_cpu(c, p, DType::F32, d.e.data(), w, tg, loss.data(), lse.data(), Options{});
-    });
+  auto fwd = [&](Problem p, const int64_t* tg, const Options& o = Options{}) {
+    return error_of(
+        [&] { forward_vocab_parallel_cpu(c, p, DType::F32, d.e.data(), w, tg, loss.data(), lse.data(), o); });
   };
   // Rank 1 claims a different token count.
   std::string msg = fwd(Problem{c.rank == 1 ? d.n - 1 : d.n, d.h, s.size, s.start, d.v}, d.targets.data());
@@ -115,34 +96,31 @@ TEST(LinearCeVocabParallel, MismatchedRanksFailOnEveryRank) {
   // Shards that do not add up to vocab_total.
   msg = fwd(Problem{d.n, d.h, s.size, s.start, d.v + 5}, d.targets.data());
   EXPECT_NE(msg.find("cover"), std::string::npos) << msg;
+  // Options every rank must share: one rank differs in each, in turn.
+  const Problem p{d.n, d.h, s.size, s.start, d.v};
+  const std::pair<const char*, void (*)(Options&)> options[] = {
+      {"softcap", [](Options& o) { o.softcap = 30.0f; }},
+      {"z_loss", [](Options& o) { o.z_loss = 1e-4f; }},
+      {"vocab_tile", [](Options& o) { o.vocab_tile = 64; }},
+      {"token_tile", [](Options& o) { o.token_tile = 8; }},
+  };
+  for (const auto& [name, change] : options) {
+    Options o;
+    if (c.rank == 1) change(o);
+    msg = fwd(p, d.targets.data(), o);
+    EXPECT_NE(msg.find(std::string("disagree on ") + name), std::string::npos) << name << ": " << msg;
+  }
+  // The dtype is not an Options field but must agree as well (bf16 weight rows on one rank, fp32 on the others).
+  const Data b = make_data(16, 8, 40, DType::BF16, 32);
+  msg = error_of([&] {
+    if (c.rank == 2)
+      forward_vocab_parallel_cpu(c, p, DType::BF16, b.hidden(), b.w16.data() + s.start * b.h, d.targets.data(),
+                                 loss.data(), lse.data(), Options{});
+    else
+      forward_vocab_parallel_cpu(c, p, DType::F32, d.e.data(), w, d.targets.data(), loss.data(), lse.data(), Options{});
+  });
+  EXPECT_NE(msg.find("disagree on dtype"), std::string::npos) << msg;
 }
 
 }  // namespace
-
-class FailuresOnly : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailuresOnly(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed()) std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name(), r.line_number(), r.summary());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace lcplan::linear_ce
-
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {  // one readable log: only rank 0 prints progress, every rank still prints its failures
-    auto& ls = ::testing::UnitTest::GetInstance()->listeners();
-    delete ls.Release(ls.default_result_printer());
-    ls.Append(new lcplan::linear_ce::FailuresOnly(rank));
-  }
-  const int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
-}
