@@ -18,6 +18,7 @@
 #include "bench/moe/proxy_common.h"
 #include "estimator/rank_layout.h"
 #include "kernels/comm/comm.h"
+#include "kernels/comm/helpers.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe_gpu.h"
 #include "models/data_dir.h"
@@ -28,16 +29,7 @@ namespace {
 
 using namespace lcplan;
 
-struct DevF {
-  float* p = nullptr;
-  explicit DevF(const std::vector<float>& h) {
-    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, h.size()) * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-  }
-  ~DevF() { cudaFree(p); }
-  DevF(const DevF&) = delete;
-  DevF& operator=(const DevF&) = delete;
-};
+using helpers::DevF;
 
 struct Result {
   double step_ms = 0;         // median over iterations of the slowest rank's forward + backward
@@ -78,7 +70,7 @@ Result run(const comm::Comm& ep, const moe::MoeConfig& c, const moe::MoeWeights&
     float e = 0;
     CUDA_CHECK(cudaEventElapsedTime(&e, t0, t1));
     double v = e;
-    MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, ep.mpi);  // a step is as slow as its slowest rank
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, ep.mpi));  // a step is its slowest rank's
     if (it >= warmup) ms.push_back(v);
   }
   Result r;
@@ -106,7 +98,7 @@ Result run(const comm::Comm& ep, const moe::MoeConfig& c, const moe::MoeWeights&
 // Every rank must agree before skipping, or the ranks that go on would hang in NCCL init.
 int ranks_without_device() {
   int missing = lcplan::gpu::device_available() ? 0 : 1;
-  MPI_Allreduce(MPI_IN_PLACE, &missing, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &missing, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
   return missing;
 }
 
@@ -137,27 +129,29 @@ int main(int argc, char** argv) {
   app.add_option("--roof-gbps", roof_gbps, "all-to-all roof per GPU per direction, GB/s (README: H100 NVLink 450)");
   CLI11_PARSE(app, argc, argv);
 
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int rc = 0;
+  int rank = 0, rc = 0;
+  bool initialized = false;
   try {
+    MPI_CHECK(MPI_Init(&argc, &argv));
+    initialized = true;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     if (ranks_without_device() > 0) {
       if (rank == 0) std::printf("moe_proxy_gpu: skipped: no CUDA device\n");
-      MPI_Finalize();
+      initialized = false;  // finalized here, whatever the outcome
+      MPI_CHECK(MPI_Finalize());
       return 0;
     }
     if (iters < 1 || warmup < 0) throw UserError("--iters must be at least 1 and --warmup at least 0");
     // One GPU per rank on each node (NCCL cannot share one device between two ranks of a communicator).
     MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
     int local = 0, local_n = 0, devices = 0;
-    MPI_Comm_rank(node, &local);
-    MPI_Comm_size(node, &local_n);
-    MPI_Comm_free(&node);
+    MPI_CHECK(MPI_Comm_rank(node, &local));
+    MPI_CHECK(MPI_Comm_size(node, &local_n));
+    MPI_CHECK(MPI_Comm_free(&node));
     CUDA_CHECK(cudaGetDeviceCount(&devices));
     int short_nodes = devices < local_n ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &short_nodes, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &short_nodes, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
     if (short_nodes)
       throw UserError(std::to_string(local_n) + " ranks on a node with " + std::to_string(devices) +
                       " CUDA devices; start at most one rank per GPU");
@@ -213,11 +207,11 @@ int main(int argc, char** argv) {
       const double gbps = a.a2a_s > 0 ? a.traffic.a2a_bytes_remote / a.a2a_s * 1e-9 : 0;
       const double tflops = a.expert_s > 0 ? a.traffic.expert_flops / a.expert_s * 1e-12 : 0;
       double mm[4] = {gbps, -gbps, tflops, -tflops};  // one MIN reduction gives min and -max of both
-      MPI_Allreduce(MPI_IN_PLACE, mm, 4, MPI_DOUBLE, MPI_MIN, ep.mpi);
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 4, MPI_DOUBLE, MPI_MIN, ep.mpi));
       // Roof of this run's own traffic on the busiest rank: GEMMs at peak and all-to-all at the link roof.
       double roof[2] = {(a.traffic.expert_flops + a.traffic.shared_flops) / (roof_tflops * 1e12) * 1e3,
                         a.traffic.a2a_bytes_remote / (roof_gbps * 1e9) * 1e3};
-      MPI_Allreduce(MPI_IN_PLACE, roof, 2, MPI_DOUBLE, MPI_MAX, ep.mpi);
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, roof, 2, MPI_DOUBLE, MPI_MAX, ep.mpi));
       if (world.rank == 0) {
         std::printf("| %s | %.3f | %.3f | %+.2f%% | %.0f-%.0f (%.0f-%.0f%%) | %.0f-%.0f (%.0f-%.0f%%) | %.2f / %.2f |\n",
                     moe_proxy::label_seq(t).c_str(), a.step_ms, b.step_ms, 100.0 * (a.step_ms - b.step_ms) / a.step_ms,
@@ -233,6 +227,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "moe_proxy_gpu: error (rank %d): %s\n", rank, e.what());
     rc = 1;
   }
-  MPI_Finalize();
+  try {
+    if (initialized) MPI_CHECK(MPI_Finalize());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "moe_proxy_gpu: error (rank %d): %s\n", rank, e.what());
+    rc = 1;
+  }
   return rc;
 }

@@ -6,6 +6,9 @@
 namespace lcplan::comm::detail {
 
 bool nccl_compiled();
+// Largest element count of one point-to-point piece of the MPI all_to_all_v (default 2^30; both sides of a pair
+// must cut the same way, so every rank sets the same value). Exists so tests can exercise the split with small counts.
+void set_all_to_all_piece(size_t elems);
 // NCCL communicator over `mpi` (collective over it): rank 0 of `mpi` makes the unique id and broadcasts it.
 void* nccl_init(MPI_Comm mpi, int rank, int size);
 void nccl_destroy(void* nccl);

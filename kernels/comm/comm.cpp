@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -14,17 +13,16 @@ namespace lcplan::comm {
 
 static_assert(sizeof(size_t) == sizeof(uint64_t), "counts are exchanged as uint64");
 
-namespace {
-
 void mpi_check(int rc, const char* what, const char* file, int line) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
-  MPI_Error_string(rc, msg, &len);
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) len = 0;  // no message to add; the code is still reported
   throw std::runtime_error(std::string(what) + " failed at " + file + ":" + std::to_string(line) + ": " +
-                           std::string(msg, len));
+                           (len ? std::string(msg, len) : "MPI error " + std::to_string(rc)));
 }
-#define MPI_CHECK(call) mpi_check((call), #call, __FILE__, __LINE__)
+
+namespace {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
@@ -79,34 +77,13 @@ MPI_Op make_op(DType t, ReduceOp op, bool* user) {
   throw std::invalid_argument("unknown reduce op");
 }
 
-// Variable all-to-all arguments as MPI ints. Counts beyond INT_MAX are expressed in units of a contiguous
-// type of g elements, g = gcd of all counts and displacements (MoE rows: g is a multiple of hidden).
-struct VArgs {
-  std::vector<int> ints;  // sc, sd, rc, rd (size each)
-  MPI_Datatype type = MPI_DATATYPE_NULL;
-  bool derived = false;
-};
-VArgs make_vargs(int n, const size_t* sc, const size_t* sd, const size_t* rc, const size_t* rd, DType t) {
-  size_t mx = 0, g = 0;
-  for (const size_t* a : {sc, sd, rc, rd})
-    for (int i = 0; i < n; ++i) {
-      mx = std::max(mx, a[i]);
-      g = std::gcd(g, a[i]);
-    }
-  VArgs v;
-  v.type = mpi_type(t);
-  size_t unit = 1;
-  if (mx > static_cast<size_t>(INT_MAX) && g > 1) {
-    unit = g;
-    MPI_CHECK(MPI_Type_contiguous(to_int(g, "all_to_all_v unit"), mpi_type(t), &v.type));
-    MPI_CHECK(MPI_Type_commit(&v.type));
-    v.derived = true;
-  }
-  v.ints.resize(4 * static_cast<size_t>(n));
-  int k = 0;
-  for (const size_t* a : {sc, sd, rc, rd})
-    for (int i = 0; i < n; ++i) v.ints[k++] = to_int(a[i] / unit, "all_to_all_v count or displacement");
-  return v;
+// Largest piece of one all-to-all pair: below INT_MAX, and both sides cut a count into the same pieces.
+size_t g_piece = size_t(1) << 30;
+
+void check_tag(int tag) {
+  if (tag < 0 || tag >= kAllToAllTag)
+    throw std::invalid_argument("tag " + std::to_string(tag) + " is outside 0.." + std::to_string(kAllToAllTag - 1) +
+                                " (" + std::to_string(kAllToAllTag) + " is reserved for all_to_all_v)");
 }
 
 bool is_nccl(const Comm& c) { return c.backend == Backend::Nccl; }
@@ -115,7 +92,10 @@ void set_errors_return(MPI_Comm c) { MPI_CHECK(MPI_Comm_set_errhandler(c, MPI_ER
 
 std::string list_str(const int* a, int n) {
   std::string s = "{";
-  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(a[i]);
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ',';
+    s += std::to_string(a[i]);
+  }
   return s + "}";
 }
 
@@ -145,9 +125,15 @@ const char* dtype_name(DType t) {
 
 bool nccl_compiled() { return detail::nccl_compiled(); }
 
+void detail::set_all_to_all_piece(size_t elems) {
+  if (elems < 1 || elems > static_cast<size_t>(INT_MAX))
+    throw std::invalid_argument("all_to_all_v piece of " + std::to_string(elems) + " elements is outside 1..2^31-1");
+  g_piece = elems;
+}
+
 Comm world_mpi() {
   int init = 0;
-  MPI_Initialized(&init);
+  MPI_CHECK(MPI_Initialized(&init));
   if (!init) throw std::runtime_error("world_mpi: MPI is not initialised; call MPI_Init first (start with mpirun)");
   Comm c;
   // A duplicate keeps our traffic apart from the caller's and lets errors return instead of aborting.
@@ -220,8 +206,9 @@ Comm split(const Comm& parent, const std::vector<int>& ranks) {
 void free_comm(Comm& c) {
   if (c.nccl) detail::nccl_destroy(c.nccl);
   c.nccl = nullptr;
-  if (c.mpi != MPI_COMM_NULL && c.mpi != MPI_COMM_WORLD && c.mpi != MPI_COMM_SELF) MPI_Comm_free(&c.mpi);
-  c.mpi = MPI_COMM_NULL;
+  MPI_Comm m = c.mpi;
+  c.mpi = MPI_COMM_NULL;  // cleared first: a failed free must not be retried on a dangling handle
+  if (m != MPI_COMM_NULL && m != MPI_COMM_WORLD && m != MPI_COMM_SELF) MPI_CHECK(MPI_Comm_free(&m));
 }
 
 void require_same(const Comm& c, long long value, const std::string& what) {
@@ -279,11 +266,13 @@ void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, co
 }
 
 void send(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag) {
+  check_tag(tag);
   if (is_nccl(c)) return detail::nccl_send(c, buf, count, t, peer);
   MPI_CHECK(MPI_Send(buf, to_int(count, "send count"), mpi_type(t), peer, tag, c.mpi));
 }
 
 void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag) {
+  check_tag(tag);
   if (is_nccl(c)) return detail::nccl_recv(c, buf, count, t, peer);
   MPI_CHECK(MPI_Recv(buf, to_int(count, "recv count"), mpi_type(t), peer, tag, c.mpi, MPI_STATUS_IGNORE));
 }
@@ -357,17 +346,34 @@ Request iall_to_all_v(const Comm& c, const void* send, const size_t* send_counts
     detail::nccl_record(c, r);
     return r;
   }
-  VArgs v = make_vargs(c.size, send_counts, send_displs, recv_counts, recv_displs, t);
-  r.ints = std::move(v.ints);
-  const int n = c.size;
-  int* p = r.ints.data();
-  r.mpi.resize(1);
-  MPI_CHECK(MPI_Ialltoallv(send, p, p + n, v.type, recv, p + 2 * n, p + 3 * n, v.type, c.mpi, &r.mpi[0]));
-  if (v.derived) MPI_Type_free(&v.type);  // freeing a type in use is allowed: pending operations complete
+  const size_t esz = dtype_bytes(t);
+  const MPI_Datatype type = mpi_type(t);
+  const char* sbuf = static_cast<const char*>(send);
+  char* rbuf = static_cast<char*>(recv);
+  // Pieces of a pair go out in order and MPI never reorders messages of one (source, tag), so they match.
+  auto post = [&](bool is_recv, int peer, size_t count, size_t displ) {
+    for (size_t done = 0; done < count; done += g_piece) {
+      const int n = static_cast<int>(std::min(g_piece, count - done));
+      r.mpi.emplace_back();
+      const size_t off = (displ + done) * esz;
+      if (is_recv) MPI_CHECK(MPI_Irecv(rbuf + off, n, type, peer, kAllToAllTag, c.mpi, &r.mpi.back()));
+      else MPI_CHECK(MPI_Isend(sbuf + off, n, type, peer, kAllToAllTag, c.mpi, &r.mpi.back()));
+    }
+  };
+  // Receives first so arriving data has a place to land; peers in rotated order so rank 0 is not everyone's first.
+  for (int i = 0; i < c.size; ++i) {
+    const int peer = (c.rank + c.size - i) % c.size;
+    post(true, peer, recv_counts[peer], recv_displs[peer]);
+  }
+  for (int i = 0; i < c.size; ++i) {
+    const int peer = (c.rank + i) % c.size;
+    post(false, peer, send_counts[peer], send_displs[peer]);
+  }
   return r;
 }
 
 Request isend(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag) {
+  check_tag(tag);
   Request r;
   r.active = true;
   if (is_nccl(c)) {
@@ -382,6 +388,7 @@ Request isend(const Comm& c, const void* buf, size_t count, DType t, int peer, i
 }
 
 Request irecv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag) {
+  check_tag(tag);
   Request r;
   r.active = true;
   if (is_nccl(c)) {
@@ -397,10 +404,9 @@ Request irecv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag
 
 namespace {
 void finish(Request& r) {
-  if (r.op != MPI_OP_NULL) MPI_Op_free(&r.op);
   r.mpi.clear();
-  r.ints.clear();
   r.active = false;
+  if (r.op != MPI_OP_NULL) MPI_CHECK(MPI_Op_free(&r.op));
 }
 }  // namespace
 

@@ -6,6 +6,9 @@
 // (all_to_all_v) are always host arrays. Every function must be called by every member of the Comm.
 // Errors throw std::runtime_error (backend failure) or std::invalid_argument (bad arguments); argument
 // checks that need other ranks' values are done collectively first so every rank throws, none hangs.
+//
+// Counts: all_reduce, all_gather, reduce_scatter and broadcast take one count that must be the same on every
+// rank (any value, odd included); only all_to_all_v takes uneven per-peer counts (zero allowed).
 #pragma once
 
 #include <cstddef>
@@ -33,15 +36,25 @@ struct Comm {
   void* stream = nullptr;         // cudaStream_t for NCCL calls (nullptr = default stream)
 };
 
-// An outstanding non-blocking operation. MPI: the requests plus what MPI reads until completion.
-// NCCL: a cudaEvent_t recorded on the comm stream after the call.
+// Throws std::runtime_error naming the call, file and line unless rc is MPI_SUCCESS (MPI_CHECK below).
+void mpi_check(int rc, const char* what, const char* file, int line);
+#define MPI_CHECK(call) ::lcplan::comm::mpi_check((call), #call, __FILE__, __LINE__)
+
+// An outstanding non-blocking operation. MPI: its request handles; NCCL: a cudaEvent_t recorded on the comm
+// stream after the call. Move-only: a copy would hold the same MPI handles, and completing both is an error.
+// Complete it (wait, or test until true) before it is destroyed.
 struct Request {
   Backend backend = Backend::Mpi;
   std::vector<MPI_Request> mpi;
-  std::vector<int> ints;          // int counts/displacements handed to MPI (must outlive the call)
   MPI_Op op = MPI_OP_NULL;        // user op for bf16 reductions, freed on completion
   void* event = nullptr;          // cudaEvent_t (Nccl)
   bool active = false;
+
+  Request() = default;
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&&) noexcept = default;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
 };
 
 // A duplicate of MPI_COMM_WORLD (MPI must already be initialised; collective). Errors return instead of abort.
@@ -71,9 +84,14 @@ void all_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op);
 void all_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t);
 void reduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op);
 void broadcast(const Comm& c, void* buf, size_t count, DType t, int root);
-// send_counts[r] elements go to rank r from offset send_displs[r]; likewise for receive.
+// send_counts[r] elements go to rank r from offset send_displs[r]; likewise for receive. Counts must agree
+// pairwise (send_counts[r] on rank q == recv_counts[q] on rank r; exchange_counts gives that). Over MPI it runs as
+// point-to-point pieces of at most 2^30 elements with tag kAllToAllTag, so no count or displacement is too large
+// to express and no rank can reject its arguments alone while its peers wait.
+constexpr int kAllToAllTag = 32767;  // the largest tag every MPI must support; reserved, send/recv refuse it
 void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, const size_t* send_displs,
                   void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t);
+// Tags 0 .. kAllToAllTag-1.
 void send(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag = 0);
 void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag = 0);
 // Host-side equal all-to-all of counts (always over c.mpi): send[r*per_rank..] goes to rank r.

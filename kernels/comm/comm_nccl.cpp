@@ -46,8 +46,7 @@ void* nccl_init(MPI_Comm mpi, int rank, int size) {
   ncclUniqueId id;
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   // The unique id is plain bytes: MPI carries it to the other ranks (no home-made rendezvous).
-  const int rc = MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi);
-  if (rc != MPI_SUCCESS) throw std::runtime_error("MPI_Bcast of the NCCL unique id failed");
+  MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi));
   ncclComm_t comm;
   NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   return comm;

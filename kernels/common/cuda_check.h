@@ -25,7 +25,25 @@ inline bool device_available() {
   return n > 0;
 }
 
+// Destructors must not throw: they report a failed call (what, file, line, reason) on stderr and go on.
+inline void log_failure(const char* what, const char* detail, const char* file, int line) {
+  std::fprintf(stderr, "%s failed at %s:%d: %s\n", what, file, line, detail);
+}
+
 }  // namespace lcplan::gpu
+
+#define CUDA_LOG(call)                                                                     \
+  do {                                                                                     \
+    cudaError_t err_ = (call);                                                             \
+    if (err_ != cudaSuccess) ::lcplan::gpu::log_failure(#call, cudaGetErrorString(err_), __FILE__, __LINE__); \
+  } while (0)
+
+#define CUBLAS_LOG(call)                                                                   \
+  do {                                                                                     \
+    auto st_ = (call);                                                                     \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                      \
+      ::lcplan::gpu::log_failure(#call, ("cublas status " + std::to_string(static_cast<int>(st_))).c_str(), __FILE__, __LINE__); \
+  } while (0)
 
 #define CUDA_CHECK(call)                                                                   \
   do {                                                                                     \

@@ -1,6 +1,7 @@
 // The chunked expert-parallel schedule as data: a list of steps, each on the communication or the compute
 // stream, with dependencies. Built by a pure function (no MPI, no CUDA) so it can be printed, tested, costed by
-// the estimator (simulate) and run by the executors (CPU: non-blocking MPI; GPU: comm + compute streams + events).
+// simulate() below, costed by the estimator (estimator/time_model.cpp costs this schedule) and run by the
+// executors (CPU: non-blocking MPI; GPU: comm + compute streams + events).
 //
 // Forward (article section 2.4, chunk2): comm runs c0 dispatch, c1 dispatch, c0 combine, c1 combine; compute
 // runs c0 GEMM, c1 GEMM; c_i dispatch -> c_i GEMM -> c_i combine. Backward mirrors it: combine-bwd per chunk,
@@ -76,7 +77,7 @@ std::string format_schedule(const ChunkSchedule& s);
 void validate_steps(const std::vector<Step>& steps);
 
 // Two in-order streams: a step starts when its stream's previous step and all its deps have finished.
-// `duration[i]` is step i's time (any unit). This is how the estimator costs a schedule.
+// `duration[i]` is step i's time (any unit); the result is every step's start and end and the makespan.
 struct Timeline {
   std::vector<double> start, end;
   double makespan = 0;

@@ -362,13 +362,21 @@ void gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t m, int64_t 
                             pedantic ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-void grouped_gemm(cublasHandle_t handle, const float* A, const float* B, float* C, const int64_t* row_offsets,
-                  int groups, int k, int n, cudaStream_t stream) {
+void grouped_gemm(cublasHandle_t handle, bool trans_b, const void* A, const void* B, void* C,
+                  const int64_t* row_offsets, int groups, int64_t k, int64_t n, cudaDataType_t ab, cudaDataType_t c,
+                  cudaStream_t stream) {
+  auto bytes = [](cudaDataType_t t) -> size_t {
+    if (t == CUDA_R_32F) return 4;
+    if (t == CUDA_R_16BF) return 2;
+    throw std::invalid_argument("grouped_gemm: only CUDA_R_32F and CUDA_R_16BF operands are supported");
+  };
+  const size_t eab = bytes(ab), ec = bytes(c);
   for (int g = 0; g < groups; ++g) {
-    const int64_t r0 = row_offsets[g], m = row_offsets[g + 1] - row_offsets[g];
+    const int64_t r0 = row_offsets[g], m = row_offsets[g + 1] - r0;
     if (m == 0) continue;  // experts that received nothing launch nothing
-    gemm(handle, false, false, m, n, k, A + r0 * k, B + size_t(g) * k * n, C + r0 * n, CUDA_R_32F, CUDA_R_32F, 1.0f,
-         0.0f, false, stream);
+    gemm(handle, false, trans_b, m, n, k, static_cast<const char*>(A) + size_t(r0) * k * eab,
+         static_cast<const char*>(B) + size_t(g) * k * n * eab, static_cast<char*>(C) + size_t(r0) * n * ec, ab, c,
+         1.0f, 0.0f, false, stream);
   }
 }
 

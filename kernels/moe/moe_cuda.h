@@ -85,10 +85,12 @@ void launch_shared_gate_bwd(const float* dout, const float* sout, const float* s
 void gemm(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
           const void* B, void* C, cudaDataType_t ab, cudaDataType_t c, float alpha, float beta, bool pedantic,
           cudaStream_t stream);
-// Grouped GEMM: for each group g with rows [row_offsets[g], row_offsets[g+1]) (host array),
-// C_g[rows x n] = A_g[rows x k] * B_g[k x n], B_g = B + g * k * n; row-major; empty groups are skipped.
-void grouped_gemm(cublasHandle_t handle, const float* A, const float* B, float* C, const int64_t* row_offsets,
-                  int groups, int k, int n, cudaStream_t stream);
+// Grouped GEMM over experts, one gemm per group that has rows: group g owns rows [row_offsets[g], row_offsets[g+1])
+// (host array) of A and C, and C_g[rows x n] = A_g[rows x k] * op(B_g), B_g = B + g * k * n elements (k x n, or
+// n x k when trans_b); row-major, fp32 accumulation, types as gemm. Groups with no rows launch nothing.
+void grouped_gemm(cublasHandle_t handle, bool trans_b, const void* A, const void* B, void* C,
+                  const int64_t* row_offsets, int groups, int64_t k, int64_t n, cudaDataType_t ab, cudaDataType_t c,
+                  cudaStream_t stream);
 
 template <class T>
 constexpr cudaDataType_t cuda_type() {

@@ -22,7 +22,7 @@ struct DevBuf {
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
   ~DevBuf() {
-    if (p) cudaFree(p);  // no throw from a destructor; a failure here cannot be acted on
+    if (p) CUDA_LOG(cudaFree(p));  // destructors log instead of throwing
   }
   void ensure(size_t bytes) {
     if (bytes <= cap) return;
@@ -45,7 +45,7 @@ struct HostBuf {
   HostBuf(const HostBuf&) = delete;
   HostBuf& operator=(const HostBuf&) = delete;
   ~HostBuf() {
-    if (p) cudaFreeHost(p);
+    if (p) CUDA_LOG(cudaFreeHost(p));
   }
   void ensure(size_t bytes) {
     if (bytes <= cap) return;
@@ -68,7 +68,7 @@ struct EventPool {
   EventPool(const EventPool&) = delete;
   EventPool& operator=(const EventPool&) = delete;
   ~EventPool() {
-    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    for (cudaEvent_t e : ev) CUDA_LOG(cudaEventDestroy(e));
   }
   void ensure(size_t n) {
     while (ev.size() < n) {
@@ -168,12 +168,12 @@ class Layer final : public MoeLayerGpu::Impl {
 
   ~Layer() override {
     // Pending work must not outlive the buffers freed by the members' destructors.
-    cudaDeviceSynchronize();
-    cublasDestroy(blas_);
-    cudaEventDestroy(pass_start_);
-    cudaEventDestroy(pass_end_);
-    cudaStreamDestroy(comm_);
-    cudaStreamDestroy(compute_);
+    CUDA_LOG(cudaDeviceSynchronize());
+    if (blas_) CUBLAS_LOG(cublasDestroy(blas_));
+    if (pass_start_) CUDA_LOG(cudaEventDestroy(pass_start_));
+    if (pass_end_) CUDA_LOG(cudaEventDestroy(pass_end_));
+    if (comm_) CUDA_LOG(cudaStreamDestroy(comm_));
+    if (compute_) CUDA_LOG(cudaStreamDestroy(compute_));
   }
 
   cudaStream_t stream() const override { return compute_; }
@@ -445,16 +445,11 @@ class Layer final : public MoeLayerGpu::Impl {
     traffic_.shared_flops = 18.0 * H * double(c_.shared_ffn) * tokens_;
   }
 
+  // One GEMM per local expert that received rows (moe_cuda's grouped_gemm); weights of expert e are k x n
+  // (n x k when trans_w), output rows of type ct.
   void expert_gemms(const ChunkState& b, const T* in, int k, int n, const T* weights, void* out, cudaDataType_t ct,
                     bool trans_w, cudaStream_t sm) {
-    // One GEMM per local expert that received rows; weights of expert e are k x n (n x k when trans_w).
-    const size_t osz = ct == CUDA_R_32F ? sizeof(float) : sizeof(T);
-    for (int e = 0; e < L_; ++e) {
-      const int64_t r0 = b.expert_off[e], m = b.expert_off[e + 1] - r0;
-      if (!m) continue;
-      gemm(blas_, false, trans_w, m, n, k, in + r0 * k, weights + size_t(e) * k * n,
-           static_cast<char*>(out) + size_t(r0) * n * osz, tt(), ct, 1.0f, 0.0f, false, sm);
-    }
+    grouped_gemm(blas_, trans_w, in, weights, out, b.expert_off.data(), L_, k, n, tt(), ct, sm);
   }
 
   void issue_forward(const Step& st, cudaStream_t sm) {

@@ -1,7 +1,5 @@
 #include "kernels/moe/moe_layer.h"
 
-#include <Eigen/Core>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -10,13 +8,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/moe/cpu_gemm.h"
+
 namespace lcplan::moe {
 
 namespace {
-
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapM = Eigen::Map<RowMat>;
-using CMapM = Eigen::Map<const RowMat>;
 
 // Counter-based generator: a weight's value depends only on (seed, tensor, index), never on call order.
 float hash_uniform(uint64_t seed, uint64_t tensor, uint64_t i) {
@@ -34,34 +30,30 @@ void fill(std::vector<float>& v, size_t n, uint64_t seed, uint64_t tensor, uint6
 
 using Poll = std::function<void()>;
 
-// C[rows x n] (=|+=) A[rows x k] * B[k x n], in row blocks with a progress poll between them.
-void gemm_rows(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block,
-               bool accumulate = false) {
-  CMapM b(B, k, n);
+// C[rows x n] = A[rows x k] * B[k x n], in row blocks with a progress poll between them. cpu_gemm's fixed
+// summation order makes each row's result independent of the blocking and of the chunk it belongs to.
+void gemm_rows(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block) {
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    const int64_t r = std::min<int64_t>(block, rows - r0);
-    CMapM a(A + r0 * k, r, k);
-    MapM c(C + r0 * n, r, n);
-    if (accumulate) c.noalias() += a * b;
-    else c.noalias() = a * b;
+    cpu::gemm_nn(A + r0 * k, B, C + r0 * n, std::min<int64_t>(block, rows - r0), k, n);
     if (poll) poll();
   }
 }
 
-// C[rows x n] = A[rows x k] * B[n x k]^T (dgrad through a weight stored k-major).
+// C[rows x n] = A[rows x k] * B[n x k]^T (dgrad through a weight stored k-major): B is transposed once.
 void gemm_rows_bt(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block) {
-  CMapM b(B, n, k);
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    const int64_t r = std::min<int64_t>(block, rows - r0);
-    MapM(C + r0 * n, r, n).noalias() = CMapM(A + r0 * k, r, k) * b.transpose();
-    if (poll) poll();
-  }
+  if (rows == 0) return;
+  std::vector<float> bt;
+  cpu::transpose(B, n, k, bt);
+  gemm_rows(A, bt.data(), C, rows, k, n, poll, block);
 }
 
-// G[k x n] += A[rows x k]^T * D[rows x n] (weight gradient).
-void gemm_at(const float* A, const float* D, float* G, int64_t rows, int k, int n) {
-  if (rows == 0) return;
-  MapM(G, k, n).noalias() += CMapM(A, rows, k).transpose() * CMapM(D, rows, n);
+// G[k x n] += A[rows x k]^T * D[rows x n] (weight gradient), rows summed in ascending order; polls every block rows.
+void gemm_at(const float* A, const float* D, float* G, int64_t rows, int k, int n, const Poll& poll = {},
+             int block = 1 << 30) {
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    cpu::gemm_tn_acc(A + r0 * k, D + r0 * n, G, std::min<int64_t>(block, rows - r0), k, n);
+    if (poll) poll();
+  }
 }
 
 void swiglu_rows(const float* h1, float* act, int64_t rows, int F) {
@@ -169,6 +161,11 @@ struct Runner {
   }
 };
 
+// A row block below one would never advance through the GEMM rows.
+std::string poll_error(const ExecOptions& o) {
+  return o.poll_rows >= 1 ? "" : "ExecOptions::poll_rows = " + std::to_string(o.poll_rows) + " must be at least 1";
+}
+
 }  // namespace
 
 RouterParams router_params(const MoeConfig& c) {
@@ -256,6 +253,7 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
                  const float* x, int tokens, float* out, MoeSaved& sv, const ExecOptions& o,
                  std::vector<StepTime>* times) {
   check_moe_args(ep, c, w, tokens, s);
+  comm::raise_if_any(ep, poll_error(o));
   const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
   const int P = ep.size, L = w.local_experts, N = s.chunks, T = tokens;
   const RouterParams rp = router_params(c);
@@ -406,9 +404,11 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
 void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
                   MoeSaved& sv, const float* dout, float* dx, MoeWeights& g, const ExecOptions& o,
                   std::vector<StepTime>* times) {
-  if (static_cast<int>(sv.chunks.size()) != s.chunks)
-    throw std::invalid_argument("backward schedule has " + std::to_string(s.chunks) +
-                                " chunks but the forward ran with " + std::to_string(sv.chunks.size()));
+  std::string err = poll_error(o);
+  if (err.empty() && static_cast<int>(sv.chunks.size()) != s.chunks)
+    err = "backward schedule has " + std::to_string(s.chunks) + " chunks but the forward ran with " +
+          std::to_string(sv.chunks.size());
+  comm::raise_if_any(ep, err);  // collective, so a rank with a mismatched schedule cannot strand the others
   const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
   const int P = ep.size, L = w.local_experts, T = sv.tokens;
   const float* x = sv.x;
@@ -468,10 +468,10 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
             }
           }
         }
-        gemm_at(sv.sact.data(), dso.data(), g.shared_w2.data(), T, S, H);
+        gemm_at(sv.sact.data(), dso.data(), g.shared_w2.data(), T, S, H, poll, o.poll_rows);
         gemm_rows_bt(dso.data(), w.shared_w2.data(), dsact.data(), T, H, S, poll, o.poll_rows);
         swiglu_bwd_rows(sv.sh1.data(), dsact.data(), dsh1.data(), T, S);
-        gemm_at(x, dsh1.data(), g.shared_w1.data(), T, H, 2 * S);
+        gemm_at(x, dsh1.data(), g.shared_w1.data(), T, H, 2 * S, poll, o.poll_rows);
         std::vector<float> dxs(size_t(T) * H);
         gemm_rows_bt(dsh1.data(), w.shared_w1.data(), dxs.data(), T, 2 * S, H, poll, o.poll_rows);
         for (size_t i = 0; i < dxs.size(); ++i) sv.dx_shared[i] += dxs[i];
@@ -498,15 +498,20 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
         break;
       }
       case StepOp::ExpertWgrad: {
-        // Delayed: every chunk's weight gradient, after the last dgrad, while the tail dispatch-bwd flies.
-        for (const ChunkBuffers& b : sv.chunks) {
-          const auto off = expert_offsets(b.recv_by_block, P, L);
-          for (int e = 0; e < L; ++e) {
-            const int64_t r0 = off[e], n = off[e + 1] - off[e];
-            gemm_at(b.act.data() + r0 * F, b.dye.data() + r0 * H, &g.w2[size_t(e) * F * H], n, F, H);
-            gemm_at(b.xe.data() + r0 * H, b.dh1.data() + r0 * 2 * F, &g.w1[size_t(e) * H * 2 * F], n, H, 2 * F);
-            if (poll) poll();
-          }
+        // Delayed: every chunk's weight gradient, after the last dgrad, while the tail dispatch-bwd flies. Rows of
+        // expert e are summed source by source, chunk by chunk: the unchunked buffer's order (each source's rows
+        // are in token order and chunks are consecutive token ranges), so the sums are bit-identical to no-chunk.
+        for (int e = 0; e < L; ++e) {
+          float* gw1 = &g.w1[size_t(e) * H * 2 * F];
+          float* gw2 = &g.w2[size_t(e) * F * H];
+          for (int q = 0; q < P; ++q)
+            for (const ChunkBuffers& b : sv.chunks) {
+              const int64_t n = b.recv_by_block[size_t(q) * L + e];
+              if (!n) continue;
+              const int64_t r0 = block_offset_expert_major(b.recv_by_block.data(), P, L, q, e);
+              gemm_at(b.act.data() + r0 * F, b.dye.data() + r0 * H, gw2, n, F, H, poll, o.poll_rows);
+              gemm_at(b.xe.data() + r0 * H, b.dh1.data() + r0 * 2 * F, gw1, n, H, 2 * F, poll, o.poll_rows);
+            }
         }
         break;
       }
@@ -586,5 +591,100 @@ void moe_reference_forward(const MoeConfig& c, const MoeWeights& w, const T* x, 
 
 template void moe_reference_forward<float>(const MoeConfig&, const MoeWeights&, const float*, int, float*);
 template void moe_reference_forward<double>(const MoeConfig&, const MoeWeights&, const double*, int, double*);
+
+template <class T>
+ReferenceGrads<T> moe_reference_backward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens,
+                                         const T* dout) {
+  if (w.local_experts != c.experts) throw std::invalid_argument("the reference needs every expert on one rank");
+  const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
+  const RouterParams rp = router_params(c);
+  ReferenceGrads<T> g;
+  g.dx.assign(size_t(tokens) * H, T(0));
+  g.router.assign(w.router.size(), T(0));
+  g.w1.assign(w.w1.size(), T(0));
+  g.w2.assign(w.w2.size(), T(0));
+  g.shared_w1.assign(w.shared_w1.size(), T(0));
+  g.shared_w2.assign(w.shared_w2.size(), T(0));
+  g.shared_gate.assign(w.shared_gate.size(), T(0));
+  std::vector<T> logits(E), scores(E), wk(K), dwk(K), dlogits(E), bias(w.expert_bias.begin(), w.expert_bias.end());
+  std::vector<T> h1, a, y(H), dy(H), da, dh1;
+  std::vector<int> idx(K);
+  // Forward of y = swiglu(x W1) W2 for one row (keeps h1, a), in T precision.
+  auto ffn = [&](const T* xr, const float* W1, const float* W2, int f, T* yr) {
+    h1.assign(2 * f, T(0));
+    a.assign(f, T(0));
+    for (int h = 0; h < H; ++h)
+      for (int j = 0; j < 2 * f; ++j) h1[j] += xr[h] * T(W1[size_t(h) * 2 * f + j]);
+    for (int j = 0; j < f; ++j) a[j] = swiglu(h1[j], h1[f + j]);
+    for (int h = 0; h < H; ++h) yr[h] = 0;
+    for (int j = 0; j < f; ++j)
+      for (int h = 0; h < H; ++h) yr[h] += a[j] * T(W2[size_t(j) * H + h]);
+  };
+  // Backward of the row just run through ffn: weight grads into gW1 / gW2, input grad added to dxr.
+  auto ffn_bwd = [&](const T* xr, const float* W1, const float* W2, int f, const T* dyr, T* gW1, T* gW2, T* dxr) {
+    da.assign(f, T(0));
+    dh1.assign(2 * f, T(0));
+    for (int j = 0; j < f; ++j)
+      for (int h = 0; h < H; ++h) {
+        gW2[size_t(j) * H + h] += a[j] * dyr[h];
+        da[j] += dyr[h] * T(W2[size_t(j) * H + h]);
+      }
+    for (int j = 0; j < f; ++j) swiglu_bwd(h1[j], h1[f + j], da[j], &dh1[j], &dh1[f + j]);
+    for (int h = 0; h < H; ++h)
+      for (int j = 0; j < 2 * f; ++j) {
+        gW1[size_t(h) * 2 * f + j] += xr[h] * dh1[j];
+        dxr[h] += dh1[j] * T(W1[size_t(h) * 2 * f + j]);
+      }
+  };
+  for (int t = 0; t < tokens; ++t) {
+    const T* xt = x + size_t(t) * H;
+    const T* dt = dout + size_t(t) * H;
+    T* dxt = g.dx.data() + size_t(t) * H;
+    for (int e = 0; e < E; ++e) {
+      logits[e] = 0;
+      for (int h = 0; h < H; ++h) logits[e] += xt[h] * T(w.router[size_t(h) * E + e]);
+    }
+    route_token(rp, logits.data(), c.router == Router::SigmoidGroupLimited ? bias.data() : nullptr, scores.data(),
+                idx.data(), wk.data());
+    for (int k = 0; k < K; ++k) {  // out += w_k y_k: dw_k = <dout, y_k>, dy_k = w_k dout
+      const size_t e = size_t(idx[k]);
+      ffn(xt, &w.w1[e * H * 2 * F], &w.w2[e * F * H], F, y.data());
+      dwk[k] = 0;
+      for (int h = 0; h < H; ++h) {
+        dwk[k] += dt[h] * y[h];
+        dy[h] = wk[k] * dt[h];
+      }
+      ffn_bwd(xt, &w.w1[e * H * 2 * F], &w.w2[e * F * H], F, dy.data(), &g.w1[e * H * 2 * F], &g.w2[e * F * H], dxt);
+    }
+    if (S) {  // out += gate * ys
+      ffn(xt, w.shared_w1.data(), w.shared_w2.data(), S, y.data());
+      T gt = 1;
+      if (c.shared_gate) {
+        T z = 0;
+        for (int h = 0; h < H; ++h) z += xt[h] * T(w.shared_gate[h]);
+        gt = sigmoid_(z);
+        T dz = 0;
+        for (int h = 0; h < H; ++h) dz += dt[h] * y[h];
+        dz *= gt * (T(1) - gt);
+        for (int h = 0; h < H; ++h) {
+          g.shared_gate[h] += dz * xt[h];
+          dxt[h] += dz * T(w.shared_gate[h]);
+        }
+      }
+      for (int h = 0; h < H; ++h) dy[h] = gt * dt[h];
+      ffn_bwd(xt, w.shared_w1.data(), w.shared_w2.data(), S, dy.data(), g.shared_w1.data(), g.shared_w2.data(), dxt);
+    }
+    route_token_bwd(rp, scores.data(), idx.data(), dwk.data(), dlogits.data());
+    for (int h = 0; h < H; ++h)
+      for (int e = 0; e < E; ++e) {
+        g.router[size_t(h) * E + e] += xt[h] * dlogits[e];
+        dxt[h] += dlogits[e] * T(w.router[size_t(h) * E + e]);
+      }
+  }
+  return g;
+}
+
+template ReferenceGrads<double> moe_reference_backward<double>(const MoeConfig&, const MoeWeights&, const double*,
+                                                               int, const double*);
 
 }  // namespace lcplan::moe

@@ -1,4 +1,4 @@
-// One expert-parallel MoE layer on CPUs (fp32, Eigen GEMMs, MPI all-to-all), run by the chunked schedule
+// One expert-parallel MoE layer on CPUs (fp32 fixed-order GEMMs, MPI all-to-all), run by the chunked schedule
 // (chunk_schedule.h): router -> permute -> dispatch -> grouped SwiGLU experts -> combine -> unpermute, plus the
 // shared expert; backward with per-chunk dgrad and a delayed wgrad. Communication steps are non-blocking MPI
 // calls polled between GEMM row blocks, so chunk i's all-to-all runs while chunk j computes.
@@ -50,7 +50,7 @@ MoeWeights zeros_like(const MoeWeights& w);
 
 struct ExecOptions {
   bool overlap = true;  // false: every communication step is waited on as soon as it is issued (serial baseline)
-  int poll_rows = 64;   // GEMM row block between progress polls of the in-flight all-to-all
+  int poll_rows = 64;   // GEMM row block between progress polls of the in-flight all-to-all (at least 1)
 };
 
 // Wall time of each step of a pass (seconds since the pass began), indexed like the schedule's steps.
@@ -86,7 +86,9 @@ struct MoeSaved {
 void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, int tokens,
                     const ChunkSchedule& s);
 
-// out[tokens x hidden] = MoE(x). Calls check_moe_args first.
+// out[tokens x hidden] = MoE(x). Calls check_moe_args first. For the same EP group, outputs and gradients are
+// bit-identical for every chunk count and chunk weights, with or without overlap (cpu_gemm.h's fixed summation
+// order; the delayed wgrad sums each expert's rows in the unchunked order).
 void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
                  const float* x, int tokens, float* out, MoeSaved& saved, const ExecOptions& o = {},
                  std::vector<StepTime>* times = nullptr);
@@ -101,5 +103,15 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
 // `w` must hold every expert (ep_size 1). Used by the tests as an independent check.
 template <class T>
 void moe_reference_forward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens, T* out);
+
+// Its backward, token by token in T precision: dx[tokens x hidden] and the weight grads (shaped like MoeWeights'
+// tensors) for dout[tokens x hidden]. Only T = double is instantiated: it is the tests' exact gradient.
+template <class T>
+struct ReferenceGrads {
+  std::vector<T> dx, router, w1, w2, shared_w1, shared_w2, shared_gate;
+};
+template <class T>
+ReferenceGrads<T> moe_reference_backward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens,
+                                         const T* dout);
 
 }  // namespace lcplan::moe

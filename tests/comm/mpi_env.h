@@ -7,6 +7,8 @@
 
 #include <cstdio>
 
+#include "kernels/comm/comm.h"
+
 namespace lcplan::testing_mpi {
 
 class FailuresOnly : public ::testing::EmptyTestEventListener {
@@ -30,10 +32,10 @@ class MpiEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     int init = 0;
-    MPI_Initialized(&init);
-    if (!init) MPI_Init(nullptr, nullptr);
+    MPI_CHECK(MPI_Initialized(&init));
+    if (!init) MPI_CHECK(MPI_Init(nullptr, nullptr));
     int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     if (rank != 0) {
       auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
       delete listeners.Release(listeners.default_result_printer());
@@ -42,8 +44,8 @@ class MpiEnvironment : public ::testing::Environment {
   }
   void TearDown() override {
     int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    MPI_CHECK(MPI_Finalized(&fin));
+    if (!fin) MPI_CHECK(MPI_Finalize());
   }
 };
 

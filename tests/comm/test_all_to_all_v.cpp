@@ -1,6 +1,8 @@
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/comm/backend.h"
 #include "tests/comm/driver.h"
 
 namespace lcplan::comm::tests {
@@ -44,6 +46,38 @@ TEST(AllToAllV, UnevenCountsWithEmptyPairs) {
   }
 }
 
+TEST(AllToAllV, CountsCutIntoPiecesArriveWhole) {
+  // Counts beyond a piece (2^30 elements normally) go as several messages; with 3-element pieces the uneven
+  // counts below (0..7 elements, gaps between blocks) take 0 to 3 pieces each, both ways, two calls in flight.
+  World w;
+  const int P = w.c.size;
+  detail::set_all_to_all_piece(3);
+  std::vector<size_t> sc(P), sd(P), rc(P), rd(P);
+  for (int d = 0; d < P; ++d) sc[d] = size_t((w.c.rank * 3 + d * 5) % 8);
+  exchange_counts(w.c, sc.data(), rc.data(), 1);
+  size_t so = 0, ro = 0;
+  for (int r = 0; r < P; ++r) {
+    sd[r] = so, so += sc[r] + 2;
+    rd[r] = ro, ro += rc[r] + 1;
+  }
+  std::vector<double> send(so, -7.0), recv1(ro, -1.0), recv2(ro, -1.0);
+  for (int d = 0; d < P; ++d)
+    for (size_t i = 0; i < sc[d]; ++i) send[sd[d] + i] = payload(w.c.rank, d, i);
+  Request a = iall_to_all_v(w.c, send.data(), sc.data(), sd.data(), recv1.data(), rc.data(), rd.data(), DType::F64);
+  Request b = iall_to_all_v(w.c, send.data(), sc.data(), sd.data(), recv2.data(), rc.data(), rd.data(), DType::F64);
+  wait(b);
+  wait(a);
+  detail::set_all_to_all_piece(size_t(1) << 30);
+  for (int s = 0; s < P; ++s) {
+    for (size_t i = 0; i < rc[s]; ++i) {
+      EXPECT_EQ(recv1[rd[s] + i], payload(s, w.c.rank, i)) << "from " << s << " element " << i;
+      EXPECT_EQ(recv2[rd[s] + i], payload(s, w.c.rank, i)) << "from " << s << " element " << i;
+    }
+    EXPECT_EQ(recv1[rd[s] + rc[s]], -1.0) << "gap after rank " << s << "'s block was overwritten";
+  }
+  EXPECT_NE(invalid_argument_of([] { detail::set_all_to_all_piece(0); }), "");
+}
+
 TEST(AllToAllV, TwoInFlightAtOnce) {
   // The chunked MoE schedule keeps several all-to-alls outstanding; they must not mix.
   World w;
@@ -64,6 +98,24 @@ TEST(AllToAllV, TwoInFlightAtOnce) {
     for (int i = 0; i < 2; ++i) EXPECT_EQ(r1[2 * s + i], s * 100 + 2 * w.c.rank + i);
     for (int i = 0; i < 3; ++i) EXPECT_EQ(r2[3 * s + i], -(s * 100 + 3 * w.c.rank + i));
   }
+}
+
+TEST(AllToAllV, RequestIsMoveOnlyAndCompletesAfterAMove) {
+  static_assert(!std::is_copy_constructible_v<Request> && !std::is_copy_assignable_v<Request>,
+                "a copy would complete the same MPI requests twice");
+  World w;
+  const int P = w.c.size;
+  std::vector<size_t> cnt(P, 1), displ(P);
+  for (int r = 0; r < P; ++r) displ[r] = size_t(r);
+  std::vector<int64_t> s(P), got(P, -1);
+  for (int r = 0; r < P; ++r) s[r] = w.c.rank * 10 + r;
+  Request a = iall_to_all_v(w.c, s.data(), cnt.data(), displ.data(), got.data(), cnt.data(), displ.data(), DType::I64);
+  std::vector<Request> held;
+  held.push_back(std::move(a));  // the handles move with it: a reallocation must not strand them
+  held.reserve(8);
+  wait(held[0]);
+  EXPECT_FALSE(held[0].active);
+  for (int r = 0; r < P; ++r) EXPECT_EQ(got[r], r * 10 + w.c.rank);
 }
 
 }  // namespace lcplan::comm::tests

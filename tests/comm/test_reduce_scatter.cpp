@@ -4,9 +4,10 @@
 
 namespace lcplan::comm::tests {
 
+// Equal blocks only (comm.h): odd block sizes, one element and a size no backend block divides.
 TEST(ReduceScatter, SumOfOddBlocks) {
   World w;
-  const size_t n = 3;
+  for (size_t n : {size_t{1}, size_t{3}, size_t{999}})
   for (bool nb : {false, true}) {
     std::vector<float> send(n * w.c.size), recv(n, -1.f);
     for (size_t i = 0; i < send.size(); ++i) send[i] = val(w.c.rank, i);

@@ -36,6 +36,16 @@ TEST(SendRecv, BlockingPairs) {
   }
 }
 
+TEST(SendRecv, ReservedAndNegativeTagsAreRefused) {
+  World w;
+  double v = 0;
+  for (int tag : {-1, kAllToAllTag}) {
+    const std::string m = invalid_argument_of([&] { send(w.c, &v, 1, DType::F64, w.c.rank, tag); });
+    EXPECT_NE(m.find("reserved for all_to_all_v"), std::string::npos) << m;
+    EXPECT_NE(invalid_argument_of([&] { Request r = irecv(w.c, &v, 1, DType::F64, w.c.rank, tag); }), "");
+  }
+}
+
 TEST(DType, Bytes) {
   EXPECT_EQ(dtype_bytes(DType::F32), 4u);
   EXPECT_EQ(dtype_bytes(DType::F64), 8u);

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "kernels/comm/groups.h"
@@ -57,27 +59,42 @@ TEST(Collective, RequireSameAndRaiseIfAny) {
   EXPECT_EQ(m2, w.c.size > 1 ? "rank 1 bad" : "");
 }
 
-TEST(ProcessGroups, MegatronOrderFromRankLayout) {
+namespace {
+// Global ranks of the members of `g`, in group-rank order, as the group itself sees them.
+std::vector<int> members(const Comm& g, int world_rank) {
+  std::vector<int> out(g.size, -1);
+  all_gather(g, &world_rank, out.data(), 1, DType::I32);
+  return out;
+}
+}  // namespace
+
+TEST(ProcessGroups, MembersAreExactlyRankLayoutsGroups) {
   World w;
-  if (w.c.size != 4) GTEST_SKIP() << "layout written for 4 ranks";
-  // tp=2, ep=2: dense groups pair neighbours {0,1},{2,3}; expert groups (etp=1) pair {0,1},{2,3} too,
-  // while dp pairs {0,2},{1,3}.
-  const RankLayout l = make_rank_layout(4, /*tp=*/2, /*pp=*/1, /*cp=*/1, /*ep=*/2, /*etp=*/1);
-  ProcessGroups pg = make_process_groups(w.c, l);
-  EXPECT_EQ(pg.tp.size, 2);
-  EXPECT_EQ(pg.dp.size, 2);
-  EXPECT_EQ(pg.ep.size, 2);
-  EXPECT_EQ(pg.edp.size, 2);
-  EXPECT_EQ(pg.pp.size, 1);
-  for (Group g : {Group::TP, Group::DP, Group::EP, Group::EDP}) {
-    // Sum of global ranks over the group equals the sum of rank_layout's member list: same membership.
-    int v = w.c.rank;
-    all_reduce(group(pg, g), &v, 1, DType::I32, ReduceOp::Sum);
-    int want = 0;
-    for (int r : group_ranks(l, g, w.c.rank)) want += r;
-    EXPECT_EQ(v, want) << group_name(g);
+  if (w.c.size != 4) GTEST_SKIP() << "layouts written for 4 ranks";
+  // Together these give every group kind more than one member somewhere (checked below), e.g. tp=2 cp=2 ep=2
+  // etp=2: TP {0,1}, CP {0,2}, TP_CP {0,1,2,3}; pp=2: PP {0,2}; tp=2 ep=2: DP {0,2}, EDP {0,2}.
+  struct Dims {
+    int tp, pp, cp, ep, etp;
+  };
+  const Dims layouts[] = {{2, 1, 2, 2, 2}, {1, 2, 1, 2, 1}, {2, 1, 1, 2, 1}, {1, 1, 2, 1, 1}, {1, 1, 1, 4, 1}};
+  const Group kinds[] = {Group::TP, Group::CP, Group::DP, Group::PP, Group::DP_CP,
+                         Group::TP_CP, Group::EP, Group::ETP, Group::EDP, Group::EP_ETP};
+  std::vector<int> widest(std::size(kinds), 1);
+  for (const Dims& d : layouts) {
+    const RankLayout l = make_rank_layout(4, d.tp, d.pp, d.cp, d.ep, d.etp);
+    ProcessGroups pg = make_process_groups(w.c, l);
+    for (size_t k = 0; k < std::size(kinds); ++k) {
+      const Group g = kinds[k];
+      const std::vector<int> want = group_ranks(l, g, w.c.rank);
+      EXPECT_EQ(members(group(pg, g), w.c.rank), want)
+          << group_name(g) << " of tp=" << d.tp << " pp=" << d.pp << " cp=" << d.cp << " ep=" << d.ep
+          << " etp=" << d.etp;
+      EXPECT_EQ(group(pg, g).size, static_cast<int>(want.size())) << group_name(g);
+      widest[k] = std::max(widest[k], static_cast<int>(want.size()));
+    }
+    free_groups(pg);
   }
-  free_groups(pg);
+  for (size_t k = 0; k < std::size(kinds); ++k) EXPECT_GT(widest[k], 1) << group_name(kinds[k]) << " never tested";
   const RankLayout wrong = make_rank_layout(8, 2, 1, 1, 2, 1);
   const std::string msg = invalid_argument_of([&] { make_process_groups(w.c, wrong); });
   EXPECT_NE(msg.find("mpirun -np 8"), std::string::npos) << msg;

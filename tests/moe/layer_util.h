@@ -6,17 +6,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/comm/comm.h"
+#include "kernels/comm/helpers.h"
 #include "kernels/moe/moe_layer.h"
 
 namespace lcplan::moe::tests {
 
+using helpers::invalid_argument_of;
+using helpers::World;
+
 // max|a - b| / max|b|: a relative error that does not blow up on elements that cancel to ~0.
-inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+template <class B>
+double rel_err(const std::vector<float>& a, const std::vector<B>& b) {
   EXPECT_EQ(a.size(), b.size());
   double num = 0, den = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
@@ -58,13 +62,14 @@ inline std::vector<std::pair<std::string, const std::vector<float>*>> tensors(co
           {"shared_w2", &g.shared_w2}, {"shared_gate", &g.shared_gate}};
 }
 
-inline std::string invalid_argument_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
+// Output, input grad and every weight grad of `p` equal `base` bit for bit (the relative error is shown on failure).
+inline void expect_bit_identical(const Pass& p, const Pass& base, const std::string& what) {
+  EXPECT_TRUE(bit_equal(p.out, base.out)) << what << " out, rel err " << rel_err(p.out, base.out);
+  EXPECT_TRUE(bit_equal(p.dx, base.dx)) << what << " dx, rel err " << rel_err(p.dx, base.dx);
+  const auto a = tensors(p.grads), b = tensors(base.grads);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(bit_equal(*a[i].second, *b[i].second))
+        << what << " grad " << a[i].first << ", rel err " << rel_err(*a[i].second, *b[i].second);
 }
 
 }  // namespace lcplan::moe::tests

@@ -19,7 +19,9 @@ struct Dev {
     CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
   explicit Dev(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T))); }
-  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  ~Dev() { CUDA_LOG(cudaFree(p)); }
   std::vector<T> get(size_t n) const {
     std::vector<T> h(n);
     CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
@@ -68,7 +70,7 @@ TEST(MoeCuda, RoutePermuteSwigluGemmUnpermuteMatchCpu) {
   cublasHandle_t h;
   CUBLAS_CHECK(cublasCreate(&h));
   std::vector<int64_t> off64(offsets.begin(), offsets.end());
-  gpu::grouped_gemm(h, dxp.p, dw1.p, dh1.p, off64.data(), E, H, 2 * F, nullptr);
+  gpu::grouped_gemm(h, false, dxp.p, dw1.p, dh1.p, off64.data(), E, H, 2 * F, CUDA_R_32F, CUDA_R_32F, nullptr);
   gpu::launch_swiglu<float>(dh1.p, T * K, F, dact.p, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   CUBLAS_CHECK(cublasDestroy(h));

@@ -21,13 +21,13 @@ std::string gpu_skip_reason() {
   int devices = 0;
   if (ok) CUDA_CHECK(cudaGetDeviceCount(&devices));
   MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 0;
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
+  MPI_CHECK(MPI_Comm_size(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
   int enough = ok && devices >= local ? 1 : 0;
   int flags[2] = {ok, enough};
-  MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (!flags[0]) return "no usable CUDA device on some rank";
   if (!flags[1]) return "fewer CUDA devices than ranks on a node (NCCL needs one GPU per rank)";
   return "";
@@ -37,27 +37,14 @@ void pick_device() {
   int n = 0;
   CUDA_CHECK(cudaGetDeviceCount(&n));
   MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 0;
-  MPI_Comm_rank(node, &local);
-  MPI_Comm_free(&node);
+  MPI_CHECK(MPI_Comm_rank(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
   CUDA_CHECK(cudaSetDevice(local % n));
 }
 
-struct DevF {
-  float* p = nullptr;
-  size_t n = 0;
-  explicit DevF(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(float))); }
-  explicit DevF(const std::vector<float>& h) : DevF(h.size()) {
-    CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  }
-  ~DevF() { cudaFree(p); }
-  std::vector<float> get() const {
-    std::vector<float> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
+using helpers::DevF;
 
 MoeConfig config(Router kind) {
   MoeConfig c;
@@ -98,19 +85,19 @@ void expect_close(const Pass& gpu, const Pass& cpu, double tol, const std::strin
 
 TEST(MoeGpu, RefusesAnMpiCommunicator) {
   // Checked before any CUDA call, so this runs (and must pass) on machines without a GPU too.
-  comm::Comm world = comm::world_mpi();
+  World W;
   const MoeConfig c = config(Router::SoftmaxTopK);
-  const MoeWeights w = make_weights(c, world.rank, world.size, 1);
-  const std::string m = invalid_argument_of([&] { gpu::MoeLayerGpu layer(world, c, w); });
+  const MoeWeights w = make_weights(c, W.c.rank, W.c.size, 1);
+  const std::string m = invalid_argument_of([&] { gpu::MoeLayerGpu layer(W.c, c, w); });
   EXPECT_NE(m.find("needs an NCCL communicator"), std::string::npos) << m;
-  comm::free_comm(world);
 }
 
 TEST(MoeGpu, MatchesCpuLayerForwardAndBackward) {
   const std::string skip = gpu_skip_reason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   pick_device();
-  comm::Comm mpi = comm::world_mpi();
+  World W;
+  const comm::Comm& mpi = W.c;
   comm::Comm nccl = comm::world_nccl();
   for (Router kind : {Router::SoftmaxTopK, Router::SigmoidGroupLimited}) {
     const MoeConfig c = config(kind);
@@ -153,7 +140,6 @@ TEST(MoeGpu, MatchesCpuLayerForwardAndBackward) {
     }
   }
   comm::free_comm(nccl);
-  comm::free_comm(mpi);
 }
 
 TEST(MoeGpu, BadInputFailsOnEveryRank) {

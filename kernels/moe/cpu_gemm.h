@@ -1,0 +1,22 @@
+// Fixed-order fp32 GEMMs of the CPU MoE layer. Every output element is one sum over the inner index in
+// ascending order, started from 0 (or from the existing value when accumulating), so a row's result does not
+// depend on how many rows share the call, on row blocking, or on where the row sits in its buffer. That is
+// what makes the chunked layer bit-identical to the unchunked one (Eigen picks kernels by matrix shape).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace lcplan::moe::cpu {
+
+// C[rows x n] = A[rows x k] * B[k x n] (accumulate: C += A * B, each element still summed in order after C).
+void gemm_nn(const float* A, const float* B, float* C, int64_t rows, int k, int n, bool accumulate = false);
+
+// Bt[k x n] = B[n x k]^T, so C = A * B^T runs through gemm_nn with the same per-element order.
+void transpose(const float* B, int n, int k, std::vector<float>& Bt);
+
+// G[k x n] += A[rows x k]^T * D[rows x n], rows in ascending order: G[i][j] = (((G + a0*d0) + a1*d1) + ...).
+// Splitting the rows over several calls in order gives the same bits as one call.
+void gemm_tn_acc(const float* A, const float* D, float* G, int64_t rows, int k, int n);
+
+}  // namespace lcplan::moe::cpu
