@@ -5,12 +5,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/plan_flags.h"
 #include "profiler/calibrate_fit.h"
 #include "models/data_dir.h"
 #include "models/json_file.h"
 #include "models/user_error.h"
 
 namespace lcplan {
+
+using cli::parse_number;
 
 namespace {
 struct CalibrateArgs {
@@ -19,7 +22,7 @@ struct CalibrateArgs {
   std::string implementation;
   std::string fit;
   bool no_loo = false;
-  double huber = 0;
+  std::string huber = "0";
 };
 
 std::vector<std::string> split_keys(const std::string& s) {
@@ -44,9 +47,9 @@ void register_calibrate(CLI::App& app, int& exit_code) {
   cmd->add_flag("--no-loo", args->no_loo, "skip the leave-one-out refits");
   cmd->add_option("--huber", args->huber,
                   "pseudo-Huber loss: relative errors beyond this (e.g. 0.05) count linearly, so one outlier run "
-                  "cannot drag the fit (default 0: plain least squares)")
-      ->check(CLI::Range(0.0, 1.0));
+                  "cannot drag the fit (default 0: plain least squares)");
   cmd->callback([args, &exit_code]() {
+    const double huber = parse_number(args->huber, "--huber", 0, 1, "0 to 1, e.g. 0.05; 0 = plain least squares");
     const std::string dir = data_dir();
     const std::vector<Measurement> ms = load_measurements(args->measurements);
     std::string impl = args->implementation;
@@ -62,7 +65,7 @@ void register_calibrate(CLI::App& app, int& exit_code) {
     opt.keys = split_keys(args->fit);
     opt.source = args->measurements;
     opt.leave_one_out = !args->no_loo;
-    opt.huber_delta = args->huber;
+    opt.huber_delta = huber;
     const FitResult r = fit_calibration(resolve_measurements(ms, dir), start, opt);
     nlohmann::json j = calibration_to_json(r.calibration);
     j["description"] = "fitted by lcplan calibrate from " + args->measurements + " starting from " + impl;

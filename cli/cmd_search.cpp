@@ -1,7 +1,10 @@
 // lcplan search: the fastest plans that fit, the Pareto front, and the reduced recipe.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/plan_flags.h"
@@ -18,13 +21,12 @@ namespace {
 
 struct SearchArgs {
   PlanFlags plan;
-  std::string headroom = "4", objective = "throughput", floor, emit, out;
-  int top = 10;
+  std::string headroom = "4", objective = "throughput", floor, emit, out, top = "10";
   bool json = false, explain_rejects = false;
 };
 
 template <typename T>
-std::vector<T> parse_list(const std::string& text, const std::string& flag, T (*one)(const std::string&)) {
+std::vector<T> parse_list(const std::string& text, T (*one)(const std::string&)) {
   std::vector<T> out;
   size_t start = 0;
   while (true) {
@@ -33,7 +35,6 @@ std::vector<T> parse_list(const std::string& text, const std::string& flag, T (*
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  (void)flag;
   return out;
 }
 
@@ -68,19 +69,37 @@ PlanSpace space_from_flags(const PlanFlags& f, const ModelSpec& m, const Plan& b
   }
   if (!f.micro_batch.empty()) s.micro_batch = parse_int_list(f.micro_batch, "--micro-batch");
   if (!f.ep_chunks.empty()) s.ep_chunks = parse_int_list(f.ep_chunks, "--ep-chunks");
-  if (!f.recompute_layers.empty()) {
-    s.recompute_layers.clear();
-    for (const std::string& part : parse_list<std::string>(f.recompute_layers, "", [](const std::string& x) { return x; }))
-      s.recompute_layers.push_back(part == "0" ? 0 : parse_positive_int(part, "--recompute-layers"));
-  }
+  if (!f.recompute_layers.empty()) s.recompute_layers = parse_int_list(f.recompute_layers, "--recompute-layers", 0);
   const std::string sharding = optimizer_sharding_flag(f);
-  if (!sharding.empty()) s.sharding = parse_list<OptimizerSharding>(sharding, "--optimizer-sharding", parse_optimizer_sharding);
-  if (!f.recompute.empty()) s.recompute = parse_list<Recompute>(f.recompute, "--recompute", parse_recompute);
+  if (!sharding.empty()) s.sharding = parse_list<OptimizerSharding>(sharding, parse_optimizer_sharding);
+  if (!f.recompute.empty()) s.recompute = parse_list<Recompute>(f.recompute, parse_recompute);
   if (f.linear_ce_on) s.linear_ce = {true};
   if (f.linear_ce_off) s.linear_ce = {false};
   if (f.offload_optimizer) s.offload_optimizer = {true};
   return s;
 }
+
+// A search longer than a second shows its progress on stderr, but only when stderr is a terminal, and erases it when
+// the search ends (or throws): redirected stderr never holds more than the one error sentence, and on a terminal
+// the table or the error starts on a clean line.
+class ProgressLine {
+ public:
+  void update(size_t done, size_t total) {
+    if (!tty_) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    if (s <= 1.0) return;
+    std::fprintf(stderr, "\rsearching: %zu / %zu plans (%.0f%%), %.1f s", done, total, 100.0 * done / total, s);
+    shown_ = true;
+  }
+  ~ProgressLine() {
+    if (shown_) std::fputs("\r\033[K", stderr);
+  }
+
+ private:
+  const bool tty_ = ::isatty(STDERR_FILENO) == 1;
+  const std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  bool shown_ = false;
+};
 
 }  // namespace
 
@@ -101,31 +120,32 @@ void register_search(CLI::App& app, int& exit_code) {
     const Inputs in = load_inputs(base, a->plan.calibration);
     if (a->plan.global_batch.empty() && base.global_batch == 0) base.global_batch = base.gpus;  // one sequence per GPU
     SearchOptions opt;
-    const double headroom = parse_number(a->headroom, "--headroom");
-    if (headroom < 0 || headroom * (1 << 30) >= in.hardware.hbm_bytes)
-      throw UserError("--headroom " + a->headroom + " GiB is out of range (valid: 0 up to the GPU's memory)");
+    const double hbm_gib = in.hardware.hbm_bytes / double(1 << 30);
+    char headroom_range[128];
+    std::snprintf(headroom_range, sizeof headroom_range, "GiB from 0 up to below the %.1f GiB of %s", hbm_gib,
+                  in.hardware.name.c_str());
+    const double headroom = parse_number(a->headroom, "--headroom", 0, HUGE_VAL, headroom_range);
+    if (headroom >= hbm_gib)
+      throw UserError("--headroom \"" + a->headroom + "\" is out of range (valid: " + headroom_range + ")");
     opt.headroom_bytes = headroom * (1 << 30);
     if (a->objective == "memory") opt.objective = Objective::Memory;
     else if (a->objective != "throughput")
-      throw UserError("--objective \"" + a->objective + "\" is not valid (use throughput or memory)");
-    if (!a->floor.empty()) opt.throughput_floor = parse_number(a->floor, "--throughput-floor");
-    if (a->top < 1 || a->top > 1000) throw UserError("--top " + std::to_string(a->top) + " is out of range (valid: 1 to 1000)");
-    opt.top_k = a->top;
+      throw UserError("--objective \"" + a->objective + "\" is not valid (valid: throughput or memory)");
+    if (!a->floor.empty()) {
+      if (opt.objective != Objective::Memory)
+        throw UserError("--throughput-floor applies only to --objective memory (add it or drop the floor)");
+      opt.throughput_floor = parse_number(a->floor, "--throughput-floor", 0, HUGE_VAL, "0 or more tokens/s per GPU");
+    }
+    opt.top_k = parse_int_in(a->top, "--top", 1, 1000);
     if (!a->emit.empty() && a->emit != "megatron")
-      throw UserError("--emit \"" + a->emit + "\" is not valid (use megatron)");
+      throw UserError("--emit \"" + a->emit + "\" is not valid (valid: megatron)");
     const PlanSpace space = space_from_flags(a->plan, in.model, base);
 
-    const auto t0 = std::chrono::steady_clock::now();
-    bool printed = false;
-    auto progress = [&](size_t done, size_t total) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (s > 1.0) {
-        std::fprintf(stderr, "\rsearching: %zu / %zu plans (%.0f%%), %.1f s", done, total, 100.0 * done / total, s);
-        printed = true;
-      }
-    };
-    const SearchResult r = search_plans(in.model, base, space, in.hardware, in.calibration, opt, progress);
-    if (printed) std::fprintf(stderr, "\n");
+    const SearchResult r = [&] {
+      ProgressLine line;
+      return search_plans(in.model, base, space, in.hardware, in.calibration, opt,
+                          [&](size_t done, size_t total) { line.update(done, total); });
+    }();
     const ReducedRecipe recipe = reduce_recipe(in.model, base, in.hardware, in.calibration, opt, r);
 
     if (r.top.empty()) {

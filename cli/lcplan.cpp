@@ -1,9 +1,68 @@
 // lcplan: plan long-context MoE training. `lcplan <command> --help` for each command.
 #include <cstdio>
 #include <exception>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "models/user_error.h"
+
+namespace {
+
+using lcplan::UserError;
+
+bool is_help(const std::string& t) { return t == "-h" || t == "--help" || t == "--help-all"; }
+
+// Checks the command line against the registered commands and flags before CLI11 parses it, so every mistake gets
+// one sentence naming the flag and what is valid (CLI11's own messages differ in form and miss some cases, e.g.
+// `--gpus --seq 128k` takes "--seq" as the value of --gpus). Help requests are left to CLI11.
+void check_command_line(const CLI::App& app, int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& t : args)
+    if (is_help(t)) return;
+  std::string commands;
+  const CLI::App* cmd = nullptr;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    if (!args.empty() && sub->get_name() == args[0]) cmd = sub;
+  }
+  if (args.empty()) throw UserError("no command given (valid: " + commands + "; `lcplan --help` describes them)");
+  if (!cmd) throw UserError("unknown command \"" + args[0] + "\" (valid: " + commands + ")");
+  const std::string usage = "see `lcplan " + args[0] + " --help`";
+
+  std::set<const CLI::Option*> given;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& t = args[i];
+    if (t.size() > 1 && t[0] == '-' && (t.size() == 2 || t[1] != '-'))
+      throw UserError("unknown flag " + t + " for " + args[0] + " (flags start with two dashes; " + usage + ")");
+    if (t.rfind("--", 0) != 0 || t == "--")
+      throw UserError("unexpected argument \"" + t + "\" for " + args[0] + " (every value follows its flag, e.g. --gpus 32; " +
+                      usage + ")");
+    const size_t eq = t.find('=');
+    const std::string name = t.substr(0, eq);
+    const CLI::Option* opt = cmd->get_option_no_throw(name);
+    if (!opt) throw UserError("unknown flag " + name + " for " + args[0] + " (" + usage + ")");
+    if (!given.insert(opt).second) throw UserError(name + " is given twice (give it once)");
+    const bool takes_value = opt->get_items_expected_min() > 0;  // switches expect no items
+    if (!takes_value) {
+      if (eq != std::string::npos) throw UserError(name + " is a switch and takes no value (give " + name + " alone)");
+      continue;
+    }
+    // A value is the rest after '=' or the next argument, unless that is the next flag (a value never starts with
+    // "--"; negative numbers start with one dash and are judged by the flag's own parser).
+    std::string value;
+    if (eq != std::string::npos) value = t.substr(eq + 1);
+    else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i];
+    else throw UserError(name + " needs a value: " + opt->get_description());
+    if (value.empty()) throw UserError(name + " needs a non-empty value: " + opt->get_description());
+  }
+  for (const CLI::Option* opt : cmd->get_options())
+    if (opt->get_required() && !given.count(opt))
+      throw UserError(args[0] + " needs " + opt->get_name() + ": " + opt->get_description());
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"lcplan: memory and speed of parallel recipes for long-context MoE training"};
@@ -14,12 +73,14 @@ int main(int argc, char** argv) {
   lcplan::cli::register_search(app, exit_code);
   lcplan::register_calibrate(app, exit_code);
   try {
+    check_command_line(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // check_command_line catches the mistakes we know; anything CLI11 still rejects is worded by CLI11.
     std::fprintf(stderr, "lcplan: error: %s\n", e.what());
     return 2;
   } catch (const lcplan::UserError& e) {

@@ -1,5 +1,6 @@
 #include "cli/plan_flags.h"
 
+#include <climits>
 #include <cmath>
 
 #include "models/json_file.h"
@@ -40,29 +41,47 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_option("--calibration", f.calibration, "calibration JSON overriding the implementation's profile");
 }
 
-int parse_positive_int(const std::string& text, const std::string& flag) {
-  const std::string bad = flag + " \"" + text + "\" is not valid (expected a positive whole number)";
-  if (text.empty() || text.size() > 9) throw UserError(bad);
-  for (char ch : text)
-    if (ch < '0' || ch > '9') throw UserError(text[0] == '-' ? flag + " " + text + " must be positive" : bad);
-  const int v = std::stoi(text);
-  if (v < 1) throw UserError(flag + " = " + text + " must be at least 1");
-  return v;
+namespace {
+
+std::string range_text(long long lo, long long hi) {
+  return hi == INT_MAX ? std::to_string(lo) + " or more" : std::to_string(lo) + " to " + std::to_string(hi);
 }
 
-std::vector<int> parse_int_list(const std::string& text, const std::string& flag) {
+}  // namespace
+
+int parse_int_in(const std::string& text, const std::string& flag, int lo, int hi) {
+  const std::string valid = " (valid: a whole number, " + range_text(lo, hi) + ")";
+  const size_t sign = !text.empty() && text[0] == '-' ? 1 : 0;
+  if (sign == text.size()) throw UserError(flag + " \"" + text + "\" is not a whole number" + valid);
+  for (size_t i = sign; i < text.size(); ++i)
+    if (text[i] < '0' || text[i] > '9') throw UserError(flag + " \"" + text + "\" is not a whole number" + valid);
+  // More than 10 digits cannot be an int; checking the length first keeps stoll away from overflow.
+  const bool huge = text.size() - sign > 10;
+  const long long v = huge ? (sign ? LLONG_MIN : LLONG_MAX) : std::stoll(text);
+  if (v > hi && hi == INT_MAX) throw UserError(flag + " \"" + text + "\" is too large (valid: at most " + std::to_string(hi) + ")");
+  if (v < lo || v > hi) throw UserError(flag + " \"" + text + "\" is out of range" + valid);
+  return int(v);
+}
+
+int parse_positive_int(const std::string& text, const std::string& flag) { return parse_int_in(text, flag, 1, INT_MAX); }
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag, int lo) {
   std::vector<int> out;
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
-    out.push_back(parse_positive_int(text.substr(start, comma - start), flag));
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty())
+      throw UserError(flag + " \"" + text + "\" has an empty entry (valid: whole numbers, " + range_text(lo, INT_MAX) +
+                      ", comma-separated, e.g. 4,8)");
+    out.push_back(parse_int_in(item, flag, lo, INT_MAX));
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
   return out;
 }
 
-double parse_number(const std::string& text, const std::string& flag) {
+double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid) {
   size_t used = 0;
   double v = 0;
   try {
@@ -71,7 +90,8 @@ double parse_number(const std::string& text, const std::string& flag) {
     used = 0;
   }
   if (used == 0 || used != text.size() || !std::isfinite(v))
-    throw UserError(flag + " \"" + text + "\" is not a number");
+    throw UserError(flag + " \"" + text + "\" is not a number (valid: " + valid + ")");
+  if (v < lo || v > hi) throw UserError(flag + " \"" + text + "\" is out of range (valid: " + valid + ")");
   return v;
 }
 
@@ -89,8 +109,8 @@ std::string optimizer_sharding_flag(const PlanFlags& f) {
 
 namespace {
 
-int single(const std::string& text, const std::string& flag, bool allow_lists) {
-  const auto list = parse_int_list(text, flag);
+int single(const std::string& text, const std::string& flag, bool allow_lists, int lo = 1) {
+  const auto list = parse_int_list(text, flag, lo);
   if (list.size() != 1 && !allow_lists)
     throw UserError(flag + " \"" + text + "\" gives several values; estimate takes one (use `lcplan search` to compare)");
   return list.front();
@@ -118,10 +138,7 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   if (!f.ep.empty()) p.parallel.ep = single(f.ep, "--ep", allow_lists);
   if (!f.etp.empty()) p.parallel.etp = single(f.etp, "--etp", allow_lists);
   if (!f.ep_chunks.empty()) p.moe.ep_chunks = single(f.ep_chunks, "--ep-chunks", allow_lists);
-  if (!f.recompute_layers.empty()) {
-    if (f.recompute_layers == "0") p.recompute_layers = 0;
-    else p.recompute_layers = single(f.recompute_layers, "--recompute-layers", allow_lists);
-  }
+  if (!f.recompute_layers.empty()) p.recompute_layers = single(f.recompute_layers, "--recompute-layers", allow_lists, 0);
   if (f.no_sp) p.sequence_parallel = false;
   const std::string sharding = optimizer_sharding_flag(f);
   if (!sharding.empty() && sharding.find(',') == std::string::npos) p.optimizer_sharding = parse_optimizer_sharding(sharding);
@@ -135,8 +152,11 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   if (f.linear_ce_on && f.linear_ce_off) throw UserError("--linear-ce contradicts --no-linear-ce (give one of them)");
   if (f.linear_ce_on) p.linear_ce = true;
   if (f.linear_ce_off) p.linear_ce = false;
-  if (!f.routing_imbalance.empty()) p.moe.routing_imbalance = parse_number(f.routing_imbalance, "--routing-imbalance");
-  if (!f.capacity_factor.empty()) p.moe.capacity_factor = parse_number(f.capacity_factor, "--capacity-factor");
+  // The ranges are the plan rules' (check_plan words them for plan files too); here only "is it a number".
+  if (!f.routing_imbalance.empty())
+    p.moe.routing_imbalance = parse_number(f.routing_imbalance, "--routing-imbalance", -HUGE_VAL, HUGE_VAL, "1 to 64, 1 = balanced");
+  if (!f.capacity_factor.empty())
+    p.moe.capacity_factor = parse_number(f.capacity_factor, "--capacity-factor", -HUGE_VAL, HUGE_VAL, "0 = dropless, or up to 64");
   if (p.model.empty()) throw UserError("no model given (use --model NAME or --plan recipe.json; `lcplan models` lists the zoo)");
   if (p.gpus == 0) throw UserError("no GPU count given (use --gpus N)");
   if (p.seq_len == 0) throw UserError("no sequence length given (use --seq, e.g. --seq 128k)");
@@ -145,15 +165,38 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
 
 }  // namespace lcplan::cli
 
+#include <cctype>
+#include <filesystem>
+
 #include "models/data_dir.h"
 #include "models/zoo.h"
 
 namespace lcplan::cli {
 
+namespace {
+
+// Runs `load` for a name the user gave; a filesystem error while looking it up (a name too long to be a file name,
+// a path through a file) is the user's input, not a bug, and becomes one sentence naming the value.
+template <typename F>
+auto looked_up(const char* what, const std::string& name, F load) {
+  try {
+    return load();
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::string why = e.code().message();
+    if (!why.empty()) why[0] = char(std::tolower(static_cast<unsigned char>(why[0])));
+    throw UserError(std::string(what) + " \"" + name + "\" cannot be looked up (" + why +
+                    "; give a name from the zoo or data/ folder, or the path of a JSON file)");
+  }
+}
+
+}  // namespace
+
 Inputs load_inputs(Plan& plan, const std::string& calibration_override) {
   const std::string dir = data_dir();
-  Inputs in{load_model(plan.model, dir), load_hardware(plan.hardware, dir),
-            load_calibration(calibration_override.empty() ? plan.implementation : calibration_override, dir)};
+  const std::string cal = calibration_override.empty() ? plan.implementation : calibration_override;
+  Inputs in{looked_up("model", plan.model, [&] { return load_model(plan.model, dir); }),
+            looked_up("hardware", plan.hardware, [&] { return load_hardware(plan.hardware, dir); }),
+            looked_up("calibration", cal, [&] { return load_calibration(cal, dir); })};
   if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
   return in;
 }

@@ -24,10 +24,14 @@ struct PlanFlags {
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& f);
 
-// Comma list of positive integers ("8" or "4,8,16"); throws UserError naming the flag.
-std::vector<int> parse_int_list(const std::string& text, const std::string& flag);
-int parse_positive_int(const std::string& text, const std::string& flag);
-double parse_number(const std::string& text, const std::string& flag);
+// Value parsers for flags. Bad input throws one UserError sentence in one format for every flag:
+//   <flag> "<text>" is not a whole number|not a number|out of range (valid: <what>)
+int parse_int_in(const std::string& text, const std::string& flag, int lo, int hi);
+int parse_positive_int(const std::string& text, const std::string& flag);  // 1 or more
+// Comma list ("8" or "4,8,16") of whole numbers of at least `lo`.
+std::vector<int> parse_int_list(const std::string& text, const std::string& flag, int lo = 1);
+// A finite number in [lo, hi]; `valid` words the range for the message ("0 to 1").
+double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid);
 
 // Resolves --fsdp / --dist-opt / --optimizer-sharding into one value ("" when none given); contradictions throw.
 std::string optimizer_sharding_flag(const PlanFlags& f);

@@ -73,7 +73,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.gpus = (gpus > INT32_MAX || gpus < INT32_MIN) ? 0 : static_cast<int>(gpus);
   p.gpus_per_node = draw_int(r, {0, 8, 4, 72, 0});
   static const int64_t seqs[] = {4096, 8192, 32768, 65536, 131072, 262144, 1048576, 4194304, 1000, 0, 12288};
-  p.seq_len = (r.byte() >= 250) ? int64_t(r.u32()) * (r.byte() + 1) : r.pick(seqs);
+  if (r.byte() >= 250) {
+    const int64_t base = r.u32();  // its own statement: the operands of `*` have no defined evaluation order
+    p.seq_len = base * (r.byte() + 1);
+  } else {
+    p.seq_len = r.pick(seqs);
+  }
   p.micro_batch = draw_int(r, {1, 1, 2, 4, 8, 0});
   p.global_batch = draw_int(r, {0, 0, 64, 128, 256, 1024, 96, 1});
   p.precision = (r.byte() & 1) ? Precision::FP8 : Precision::BF16;

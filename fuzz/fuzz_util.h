@@ -37,7 +37,15 @@ struct ByteReader {
     --n;
     return *p++;
   }
-  uint32_t u32() { return uint32_t(byte()) | uint32_t(byte()) << 8 | uint32_t(byte()) << 16 | uint32_t(byte()) << 24; }
+  // Little-endian, one statement per byte: operands of `|` are evaluated in an unspecified order, so reading them
+  // inside one expression would let the compiler decide which byte lands where (and replays differ across builds).
+  uint32_t u32() {
+    uint32_t v = byte();
+    v |= uint32_t(byte()) << 8;
+    v |= uint32_t(byte()) << 16;
+    v |= uint32_t(byte()) << 24;
+    return v;
+  }
   template <typename T, size_t N>
   T pick(const T (&choices)[N]) { return choices[byte() % N]; }
 };

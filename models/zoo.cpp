@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <tuple>
 
 #include "models/hf_config.h"
+#include "models/json_file.h"
 #include "models/user_error.h"
 
 namespace lcplan {
@@ -64,11 +63,7 @@ std::string read_config_file(const std::string& path) {
   if (fs::is_directory(st))
     throw UserError("model config \"" + path + "\" is a directory (give the config.json inside it, e.g. \"" +
                     (fs::path(path) / "config.json").string() + "\")");
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || in.bad()) throw UserError("model config \"" + path + "\" cannot be read (check its permissions)");
-  return text.str();
+  return read_text_file(path, "model config");  // refuses devices, FIFOs and files above the input size limit
 }
 
 bool looks_like_path(const std::string& s) {

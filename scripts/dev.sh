@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian machine (run as root):
 #   scripts/dev.sh main   install what is missing, build, run the main job
-#   scripts/dev.sh test   install what is missing, build, run the whole test suite (normal + sanitizer build)
+#   scripts/dev.sh test   install what is missing, build, run the whole test suite (normal + sanitizer build) and a
+#                         fuzz smoke (each libFuzzer target, 20,000 inputs; about 2 minutes on 2 cores with the build)
+# Environment: LCPLAN_SKIP_ASAN=1 skips the sanitizer build, LCPLAN_SKIP_FUZZ=1 the fuzz smoke (also skipped
+# without clang++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,7 +46,22 @@ case "${1:-}" in
     ctest --preset release -j "$jobs"
     if [ "${LCPLAN_SKIP_ASAN:-0}" != 1 ]; then
       build asan
-      ctest --preset asan -j "$jobs"
+      ctest --preset asan -j "$jobs"      # leak checking on
+      ctest --preset asan-mpi -j "$jobs"  # MPI tests, leak checking off (see CMakePresets.json)
+    fi
+    if [ "${LCPLAN_SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null; then
+      # Smoke, not a campaign: each fuzzer from its seed corpus for 20,000 inputs (fuzz/README.md has the long runs).
+      fuzz_build=${LCPLAN_FUZZ_BUILD:-build/fuzz}
+      for t in hf_config plan measurement calibration size estimate; do
+        log=$(mktemp)
+        if ! fuzz/run.sh "$t" 300 -runs=20000 >"$log" 2>&1; then
+          tail -40 "$log"
+          echo "fuzz smoke: fuzz_$t failed (crash inputs in $fuzz_build/fuzz/artifacts/$t/)" >&2
+          exit 1
+        fi
+        echo "fuzz smoke: fuzz_$t $(grep -o 'number_of_executed_units: [0-9]*' "$log"), no crash"
+        rm -f "$log"
+      done
     fi
     ;;
   *)

@@ -1,8 +1,9 @@
 // CLI robustness: runs the built `lcplan` binary over a table of bad invocations (each must exit non-zero, print
 // exactly one line on stderr that is one sentence, and nothing on stdout that could be mistaken for a result) and
-// a few good ones that must succeed.
+// a few good ones that must succeed. Rows about file permissions run lcplan as nobody when the test runs as root.
 #include <gtest/gtest.h>
 
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 
@@ -35,6 +38,10 @@ const fs::path& scratch() {
   static const fs::path dir = [] {
     fs::path d = fs::temp_directory_path() / ("lcplan_cli_test." + std::to_string(::getpid()));
     fs::create_directories(d / "a_directory.json");
+    // Readable by nobody, who runs the permission rows when the test runs as root.
+    fs::permissions(d, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                           fs::perms::others_exec);
+    ::mkfifo((d / "pipe.json").c_str(), 0644);
     std::ofstream(d / "bad_config.json") << R"({"model_type": "llama", "hidden_size": "wide", "num_hidden_layers": 4,
       "vocab_size": 1000, "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 64})";
     std::ofstream(d / "not_json.json") << "{ this is not json";
@@ -57,13 +64,42 @@ const fs::path& scratch() {
 
 std::string path(const char* name) { return (scratch() / name).string(); }
 
+constexpr unsigned kNobody = 65534;
+
+// Root ignores file modes, so permission rows drop to nobody in the child; exit code 125 = could not drop.
+void become_nobody_if_root() {
+  if (::geteuid() != 0) return;
+  if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) std::_Exit(125);
+}
+
+// Whether nobody can run the lcplan binary and read the data folder and the scratch folder (a build tree under a
+// private home directory would not be).
+bool nobody_can_run_lcplan() {
+  static const bool ok = [] {
+    const std::string data = std::getenv("LCPLAN_DATA_DIR") ? std::getenv("LCPLAN_DATA_DIR") : LCPLAN_SOURCE_DIR;
+    const std::string dir = scratch().string();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      become_nobody_if_root();
+      const bool can = ::access(LCPLAN_BINARY, X_OK) == 0 && ::access((data + "/models/zoo").c_str(), R_OK | X_OK) == 0 &&
+                       ::access(dir.c_str(), R_OK | X_OK) == 0;
+      std::_Exit(can ? 0 : 1);
+    }
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }();
+  return ok;
+}
+
 // Runs lcplan with the given arguments (no shell), capturing stdout and stderr through files.
-Outcome run_lcplan(const std::vector<std::string>& args) {
+Outcome run_lcplan(const std::vector<std::string>& args, bool as_nobody = false) {
   const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::freopen(out.c_str(), "w", stdout);
     std::freopen(err.c_str(), "w", stderr);
+    if (as_nobody) become_nobody_if_root();
     std::vector<char*> argv;
     std::string bin = LCPLAN_BINARY;
     argv.push_back(bin.data());
@@ -127,6 +163,7 @@ struct Bad {
   std::string what;
   std::vector<std::string> args;
   std::vector<std::string> mentions;  // words the sentence must contain (the value, the rule, the field)
+  bool as_nobody = false;             // run without root's power to read any file
 };
 
 std::vector<Bad> bad_invocations() {
@@ -148,6 +185,13 @@ std::vector<Bad> bad_invocations() {
       {"unknown flag", est({"--tensor-parallel", "2"}), {"--tensor-parallel"}},
       {"unknown flag on models", {"models", "--verbose"}, {"--verbose"}},
       {"missing value at the end", {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq"}, {"--seq"}},
+      {"missing value in the middle", {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "--seq", "128k"}, {"--gpus", "value"}},
+      {"empty value", {"estimate", "--model", "", "--gpus", "32", "--seq", "128k"}, {"--model", "empty"}},
+      {"flag given twice", {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--gpus", "16", "--seq", "128k"},
+       {"--gpus", "twice"}},
+      {"stray positional argument", {"estimate", "--model", "qwen3.5-35b-a3b", "32", "--seq", "128k"}, {"\"32\""}},
+      {"single-dash flag", est({"-tp", "2"}), {"-tp"}},
+      {"value given to a switch", est({"--fsdp=yes"}), {"--fsdp"}},
       {"missing model", {"estimate", "--gpus", "32", "--seq", "128k"}, {"model"}},
       {"missing gpus", {"estimate", "--model", "qwen3.5-35b-a3b", "--seq", "128k"}, {"gpus"}},
       {"missing seq", {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32"}, {"seq"}},
@@ -166,6 +210,9 @@ std::vector<Bad> bad_invocations() {
       {"routing imbalance below 1", est({"--routing-imbalance", "0.5"}), {"routing_imbalance"}},
       {"unknown model", {"estimate", "--model", "qwen3.5", "--gpus", "32", "--seq", "128k"}, {"qwen3.5", "qwen3.5-35b-a3b"}},
       {"unknown hardware", est({"--hardware", "h1000"}), {"h1000"}},
+      {"hardware name too long for a file name", est({"--hardware", std::string(300, 'h')}), {"hardware", "too long"}},
+      {"implementation name too long for a file name", est({"--implementation", std::string(300, 'm')}),
+       {"calibration", "too long"}},
       {"unknown implementation", est({"--implementation", "deepspeed"}), {"deepspeed"}},
       {"malformed config.json", {"estimate", "--model", path("bad_config.json"), "--gpus", "8", "--seq", "4k"}, {"hidden_size"}},
       {"config that is not JSON", {"estimate", "--model", path("not_json.json"), "--gpus", "8", "--seq", "4k"}, {"not_json.json"}},
@@ -182,23 +229,46 @@ std::vector<Bad> bad_invocations() {
       {"search: --fsdp with --dist-opt", srch({"--fsdp", "--dist-opt"}), {"--dist-opt", "fsdp"}},
       {"search: bad objective", srch({"--objective", "speed"}), {"speed"}},
       {"search: negative headroom", srch({"--headroom", "-1"}), {"--headroom"}},
+      {"search: headroom above the GPU's memory", srch({"--headroom", "200"}), {"--headroom", "200", "h100"}},
+      {"search: --top not a number", srch({"--top", "abc"}), {"--top", "abc", "whole number"}},
+      {"search: --top zero", srch({"--top", "0"}), {"--top", "1 to 1000"}},
+      {"search: negative throughput floor", srch({"--objective", "memory", "--throughput-floor", "-5"}),
+       {"--throughput-floor", "-5"}},
+      {"search: throughput floor without the memory objective", srch({"--throughput-floor", "100"}),
+       {"--throughput-floor", "--objective memory"}},
+      {"search: --out empty", srch({"--out", ""}), {"--out", "empty"}},
+      {"search: empty list entry", srch({"--tp", "1,,2"}), {"--tp", "1,,2"}},
       {"search: nothing fits", {"search", "--model", "deepseek-v3", "--gpus", "8", "--seq", "1M"}, {"fits"}},
       {"plan file missing", {"estimate", "--plan", path("no_such_plan.json")}, {"no_such_plan.json"}},
-      // Root reads any file whatever its mode: there the unreadable file is replaced by one that is not even text.
-      ::geteuid() != 0 ? Bad{"plan file unreadable", {"estimate", "--plan", path("unreadable.json")}, {"unreadable.json"}}
-                       : Bad{"plan file of binary junk", {"estimate", "--plan", path("junk.json")}, {"junk.json"}},
+      {"plan file unreadable", {"estimate", "--plan", path("unreadable.json")}, {"unreadable.json", "permission"}, true},
+      {"plan file of binary junk", {"estimate", "--plan", path("junk.json")}, {"junk.json"}},
+      {"plan file is /dev/zero", {"estimate", "--plan", "/dev/zero"}, {"/dev/zero", "device"}},
+      {"plan file is a FIFO", {"estimate", "--plan", path("pipe.json")}, {"pipe.json", "FIFO"}},
+      {"model config is /dev/urandom", {"estimate", "--model", "/dev/urandom", "--gpus", "8", "--seq", "4k"},
+       {"/dev/urandom", "device"}},
+      {"hardware file is a directory", est({"--hardware", path("a_directory.json")}), {"a_directory.json", "directory"}},
+      {"calibration profile path is a directory", est({"--implementation", path("a_directory.json")}),
+       {"a_directory.json", "directory"}},
       {"plan file is a directory", {"estimate", "--plan", path("a_directory.json")}, {"a_directory.json", "directory"}},
       {"plan file with unknown key", {"estimate", "--plan", path("bad_plan.json")}, {"tensor_parallel"}},
       {"config path is a directory", {"estimate", "--model", path("a_directory.json"), "--gpus", "8", "--seq", "4k"}, {"directory"}},
       {"calibration file missing", est({"--calibration", path("no_such_calibration.json")}), {"no_such_calibration.json"}},
       {"--out into a missing directory", est({"--out", path("missing_dir/estimate.json")}), {"missing_dir"}},
       {"--out is a directory", est({"--out", path("a_directory.json")}), {"a_directory.json"}},
+      {"--out is empty", est({"--out", ""}), {"--out", "empty"}},
+      {"--out= is empty", est({"--out="}), {"--out", "empty"}},
+      {"--out is a FIFO", est({"--out", path("pipe.json")}), {"pipe.json", "FIFO"}},
       {"search --out into a missing directory", srch({"--out", path("missing_dir/recipe.json")}), {"missing_dir"}},
       {"calibrate without measurements", {"calibrate", "--out", path("calib.json")}, {"--measurements"}},
       {"calibrate with a missing measurements file",
        {"calibrate", "--measurements", path("no_such_runs.json"), "--out", path("calib.json")}, {"no_such_runs.json"}},
       {"calibrate with an empty measurements file",
        {"calibrate", "--measurements", path("empty_measurements.json"), "--out", path("calib.json")}, {"measurements"}},
+      {"calibrate with a directory as measurements",
+       {"calibrate", "--measurements", path("a_directory.json"), "--out", path("calib.json")}, {"a_directory.json", "directory"}},
+      {"calibrate with --huber out of range",
+       {"calibrate", "--measurements", path("empty_measurements.json"), "--out", path("calib.json"), "--huber", "2"},
+       {"--huber", "0 to 1"}},
       {"calibrate --out into a missing directory",
        {"calibrate", "--measurements", std::string(LCPLAN_SOURCE_DIR) + "/data/validation/bumblebee-runs.json", "--out",
         path("missing_dir/calib.json"), "--no-loo", "--fit", "memory.fragmentation"},
@@ -213,7 +283,11 @@ class BadInvocation : public ::testing::TestWithParam<Bad> {};
 TEST_P(BadInvocation, FailsWithOneSentenceAndNoResult) {
   const Bad& b = GetParam();
   const std::string cmd = show(b.args);
-  const Outcome r = run_lcplan(b.args);
+  if (b.as_nobody && ::geteuid() == 0 && !nobody_can_run_lcplan())
+    GTEST_SKIP() << "running as root and user nobody cannot run " << LCPLAN_BINARY
+                 << " or read the data folder, so a file root can read cannot be made unreadable";
+  const Outcome r = run_lcplan(b.args, b.as_nobody);
+  ASSERT_NE(r.status, 125) << cmd << ": could not drop root privileges to user nobody";
   EXPECT_NE(r.status, 0) << cmd << ": exit code 0";
   EXPECT_LT(r.status, 128) << cmd << ": killed by a signal (crash)";
   EXPECT_NE(r.status, 3) << cmd << ": reported as an internal error";
@@ -251,6 +325,35 @@ TEST(GoodInvocation, EstimateJsonOutIsTheRecord) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(slurp(out), r.out) << "--out holds a different record than --json printed";
   EXPECT_NE(r.out.find("\"peak_bytes\""), std::string::npos);
+}
+
+// The recipe search writes is the plan of its top row: estimating it gives that row's numbers bit for bit.
+TEST(GoodInvocation, SearchTopRowIsReproducedByEstimateOfItsRecipe) {
+  const std::vector<std::vector<std::string>> searches = {
+      {"--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k"},
+      {"--model", "llama-3.1-70b", "--gpus", "64", "--seq", "64k", "--hardware", "h200", "--implementation", "bumblebee"},
+      {"--model", "deepseek-v3", "--gpus", "256", "--seq", "32k", "--objective", "memory", "--throughput-floor", "100"},
+  };
+  for (const auto& flags : searches) {
+    const fs::path recipe = scratch() / "top_recipe.json";
+    std::vector<std::string> args = {"search", "--json", "--top", "3", "--out", recipe.string()};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const Outcome s = run_lcplan(args);
+    ASSERT_EQ(s.status, 0) << show(args) << ": " << s.err;
+    const auto searched = nlohmann::json::parse(s.out);
+    ASSERT_FALSE(searched["top"].empty()) << show(args);
+    const auto& top = searched["top"][0];
+    const Outcome e = run_lcplan({"estimate", "--plan", recipe.string(), "--json"});
+    ASSERT_EQ(e.status, 0) << e.err;
+    const auto estimated = nlohmann::json::parse(e.out);
+    EXPECT_EQ(estimated["plan"], top["plan"]) << show(args);
+    // Exact comparison: both are the same computation on the same plan, printed with round-trip precision.
+    EXPECT_EQ(estimated["memory"]["peak_bytes"].get<double>(), top["memory"]["peak_bytes"].get<double>()) << show(args);
+    EXPECT_EQ(estimated["time"]["step_seconds"].get<double>(), top["time"]["step_seconds"].get<double>()) << show(args);
+    EXPECT_EQ(estimated["time"]["tokens_per_second_per_gpu"].get<double>(),
+              top["time"]["tokens_per_second_per_gpu"].get<double>()) << show(args);
+    EXPECT_EQ(estimated["memory"], top["memory"]) << show(args) << ": per-stage memory differs";
+  }
 }
 
 TEST(GoodInvocation, Models) {
