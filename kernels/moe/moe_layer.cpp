@@ -544,6 +544,20 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
   run.run();
 }
 
+// Reference y = swiglu(x W1) W2 for one row of H values in T precision; keeps h1 (2f) and a (f) for a backward.
+template <class T>
+void reference_ffn_row(const T* xr, const float* W1, const float* W2, int H, int f, std::vector<T>& h1,
+                       std::vector<T>& a, T* yr) {
+  h1.assign(2 * f, T(0));
+  a.assign(f, T(0));
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < 2 * f; ++j) h1[j] += xr[h] * T(W1[size_t(h) * 2 * f + j]);
+  for (int j = 0; j < f; ++j) a[j] = swiglu(h1[j], h1[f + j]);
+  for (int h = 0; h < H; ++h) yr[h] = 0;
+  for (int j = 0; j < f; ++j)
+    for (int h = 0; h < H; ++h) yr[h] += a[j] * T(W2[size_t(j) * H + h]);
+}
+
 template <class T>
 void moe_reference_forward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens, T* out) {
   if (w.local_experts != c.experts) throw std::invalid_argument("the reference needs every expert on one rank");
@@ -551,16 +565,8 @@ void moe_reference_forward(const MoeConfig& c, const MoeWeights& w, const T* x, 
   const RouterParams rp = router_params(c);
   std::vector<T> logits(E), scores(E), wk(K), bias(w.expert_bias.begin(), w.expert_bias.end()), h1, a, y(H);
   std::vector<int> idx(K);
-  // y = swiglu(x W1) W2 for one row, in T precision.
   auto ffn = [&](const T* xr, const float* W1, const float* W2, int f, T* yr) {
-    h1.assign(2 * f, T(0));
-    a.assign(f, T(0));
-    for (int h = 0; h < H; ++h)
-      for (int j = 0; j < 2 * f; ++j) h1[j] += xr[h] * T(W1[size_t(h) * 2 * f + j]);
-    for (int j = 0; j < f; ++j) a[j] = swiglu(h1[j], h1[f + j]);
-    for (int h = 0; h < H; ++h) yr[h] = 0;
-    for (int j = 0; j < f; ++j)
-      for (int h = 0; h < H; ++h) yr[h] += a[j] * T(W2[size_t(j) * H + h]);
+    reference_ffn_row(xr, W1, W2, H, f, h1, a, yr);
   };
   for (int t = 0; t < tokens; ++t) {
     const T* xt = x + size_t(t) * H;
@@ -609,16 +615,8 @@ ReferenceGrads<T> moe_reference_backward(const MoeConfig& c, const MoeWeights& w
   std::vector<T> logits(E), scores(E), wk(K), dwk(K), dlogits(E), bias(w.expert_bias.begin(), w.expert_bias.end());
   std::vector<T> h1, a, y(H), dy(H), da, dh1;
   std::vector<int> idx(K);
-  // Forward of y = swiglu(x W1) W2 for one row (keeps h1, a), in T precision.
   auto ffn = [&](const T* xr, const float* W1, const float* W2, int f, T* yr) {
-    h1.assign(2 * f, T(0));
-    a.assign(f, T(0));
-    for (int h = 0; h < H; ++h)
-      for (int j = 0; j < 2 * f; ++j) h1[j] += xr[h] * T(W1[size_t(h) * 2 * f + j]);
-    for (int j = 0; j < f; ++j) a[j] = swiglu(h1[j], h1[f + j]);
-    for (int h = 0; h < H; ++h) yr[h] = 0;
-    for (int j = 0; j < f; ++j)
-      for (int h = 0; h < H; ++h) yr[h] += a[j] * T(W2[size_t(j) * H + h]);
+    reference_ffn_row(xr, W1, W2, H, f, h1, a, yr);
   };
   // Backward of the row just run through ffn: weight grads into gW1 / gW2, input grad added to dxr.
   auto ffn_bwd = [&](const T* xr, const float* W1, const float* W2, int f, const T* dyr, T* gW1, T* gW2, T* dxr) {
