@@ -14,6 +14,7 @@
 #include "bench/moe/proxy_common.h"
 #include "estimator/rank_layout.h"
 #include "kernels/comm/comm.h"
+#include "kernels/comm/helpers.h"
 #include "kernels/moe/moe_layer.h"
 #include "models/data_dir.h"
 #include "models/user_error.h"
@@ -170,23 +171,6 @@ int run(int argc, char** argv, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rank = 0, rc = 0;
-  bool initialized = false;
-  try {
-    MPI_CHECK(MPI_Init(&argc, &argv));
-    initialized = true;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    rc = run(argc, argv, rank);
-  } catch (const std::exception& e) {
-    // UserError and std::invalid_argument are input mistakes; each rank reports (collective checks make them agree).
-    std::fprintf(stderr, "moe_proxy: error (rank %d): %s\n", rank, e.what());
-    rc = 1;
-  }
-  try {
-    if (initialized) MPI_CHECK(MPI_Finalize());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "moe_proxy: error (rank %d): %s\n", rank, e.what());
-    rc = 1;
-  }
-  return rc;
+  // Input mistakes are reported by each rank (collective checks make them agree).
+  return helpers::mpi_main(argc, argv, "moe_proxy", [&](int rank) { return run(argc, argv, rank); });
 }

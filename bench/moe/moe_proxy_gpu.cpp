@@ -129,16 +129,10 @@ int main(int argc, char** argv) {
   app.add_option("--roof-gbps", roof_gbps, "all-to-all roof per GPU per direction, GB/s (README: H100 NVLink 450)");
   CLI11_PARSE(app, argc, argv);
 
-  int rank = 0, rc = 0;
-  bool initialized = false;
-  try {
-    MPI_CHECK(MPI_Init(&argc, &argv));
-    initialized = true;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  // Input mistakes are reported by each rank (collective checks make them agree).
+  return helpers::mpi_main(argc, argv, "moe_proxy_gpu", [&](int rank) {
     if (ranks_without_device() > 0) {
       if (rank == 0) std::printf("moe_proxy_gpu: skipped: no CUDA device\n");
-      initialized = false;  // finalized here, whatever the outcome
-      MPI_CHECK(MPI_Finalize());
       return 0;
     }
     if (iters < 1 || warmup < 0) throw UserError("--iters must be at least 1 and --warmup at least 0");
@@ -222,16 +216,6 @@ int main(int argc, char** argv) {
     }
     comm::free_comm(ep);
     comm::free_comm(world);
-  } catch (const std::exception& e) {
-    // UserError and std::invalid_argument are input mistakes; each rank reports (collective checks make them agree).
-    std::fprintf(stderr, "moe_proxy_gpu: error (rank %d): %s\n", rank, e.what());
-    rc = 1;
-  }
-  try {
-    if (initialized) MPI_CHECK(MPI_Finalize());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "moe_proxy_gpu: error (rank %d): %s\n", rank, e.what());
-    rc = 1;
-  }
-  return rc;
+    return 0;
+  });
 }

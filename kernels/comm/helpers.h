@@ -29,6 +29,29 @@ struct World {
   }
 };
 
+// main() of an MPI program: MPI_Init, body(rank), MPI_Finalize; any exception (input mistakes included) is reported
+// as one line naming the program and the rank, on every rank that throws, and gives exit status 1.
+inline int mpi_main(int argc, char** argv, const char* program, const std::function<int(int rank)>& body) {
+  int rank = 0, rc = 0;
+  bool initialized = false;
+  try {
+    MPI_CHECK(MPI_Init(&argc, &argv));
+    initialized = true;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    rc = body(rank);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error (rank %d): %s\n", program, rank, e.what());
+    rc = 1;
+  }
+  try {
+    if (initialized) MPI_CHECK(MPI_Finalize());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error (rank %d): %s\n", program, rank, e.what());
+    rc = 1;
+  }
+  return rc;
+}
+
 // Runs f and returns the std::invalid_argument message it threw ("" when it did not throw).
 inline std::string invalid_argument_of(const std::function<void()>& f) {
   try {

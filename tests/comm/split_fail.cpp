@@ -13,12 +13,7 @@
 #include "kernels/comm/helpers.h"
 
 int main(int argc, char** argv) {
-  int rank = 0, rc = 0;
-  bool initialized = false;
-  try {
-    MPI_CHECK(MPI_Init(&argc, &argv));
-    initialized = true;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  return lcplan::helpers::mpi_main(argc, argv, "split_fail", [&](int rank) {
     const bool outside = argc > 1 && std::strcmp(argv[1], "outside") == 0;
     lcplan::helpers::World w;
     std::vector<int> mine = {w.c.rank};
@@ -32,15 +27,6 @@ int main(int argc, char** argv) {
     lcplan::comm::Comm g = lcplan::comm::split(w.c, mine);
     lcplan::comm::free_comm(g);
     std::printf("split_fail: rank %d: split accepted inconsistent groups\n", rank);  // exit 0: the test fails
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "split_fail: error (rank %d): %s\n", rank, e.what());
-    rc = 1;
-  }
-  try {
-    if (initialized) MPI_CHECK(MPI_Finalize());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "split_fail: error (rank %d): %s\n", rank, e.what());
-    rc = 1;
-  }
-  return rc;
+    return 0;
+  });
 }
