@@ -6,10 +6,10 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/plan_flags.h"
-#include "profiler/calibrate_fit.h"
-#include "models/data_dir.h"
-#include "models/json_file.h"
-#include "models/user_error.h"
+#include "calibrate/calibrate_fit.h"
+#include "common/data_dir.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

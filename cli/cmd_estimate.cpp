@@ -6,7 +6,7 @@
 #include "cli/plan_flags.h"
 #include "estimator/estimate.h"
 #include "estimator/plan_rules.h"
-#include "models/json_file.h"
+#include "common/json_file.h"
 
 namespace lcplan::cli {
 

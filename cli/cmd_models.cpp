@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 #include "models/model_table.h"
 
 namespace lcplan::cli {

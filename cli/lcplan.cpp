@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <climits>
 #include <cmath>
 
-#include "models/json_file.h"
-#include "models/user_error.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
 
 namespace lcplan::cli {
 
@@ -168,7 +168,7 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
 #include <cctype>
 #include <filesystem>
 
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 #include "models/zoo.h"
 
 namespace lcplan::cli {

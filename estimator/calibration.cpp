@@ -3,8 +3,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "models/json_file.h"
-#include "models/user_error.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

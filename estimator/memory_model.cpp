@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "estimator/pipeline_split.h"
+#include "parallel/pipeline_split.h"
 #include "models/params.h"
 
 namespace lcplan {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <set>
 
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "estimator/pipeline_split.h"
-#include "kernels/moe/chunk_schedule.h"
-#include "models/user_error.h"
+#include "parallel/pipeline_split.h"
+#include "parallel/chunk_schedule.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

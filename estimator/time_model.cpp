@@ -6,8 +6,8 @@
 
 #include "estimator/flops.h"
 #include "estimator/memory_model.h"
-#include "estimator/pipeline_split.h"
-#include "kernels/moe/chunk_schedule.h"
+#include "parallel/pipeline_split.h"
+#include "parallel/chunk_schedule.h"
 #include "models/params.h"
 
 namespace lcplan {
@@ -143,7 +143,7 @@ struct Cost {
   double total() const { return compute + recompute + tp + cp + ep + launch; }
 };
 
-// The executor's chunk schedules (kernels/moe/chunk_schedule.h), built once: index 2*(chunks-1) + shared_expert.
+// The executor's chunk schedules (parallel/chunk_schedule.h), built once: index 2*(chunks-1) + shared_expert.
 const moe::ChunkSchedule& schedule_for(int chunks, bool shared_expert) {
   static const std::array<moe::ChunkSchedule, 2 * moe::kMaxChunks> table = [] {
     std::array<moe::ChunkSchedule, 2 * moe::kMaxChunks> t;

@@ -7,7 +7,7 @@
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
 #include "estimator/plan.h"
-#include "estimator/rank_layout.h"
+#include "parallel/rank_layout.h"
 #include "models/model_spec.h"
 
 namespace lcplan {

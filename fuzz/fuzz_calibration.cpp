@@ -4,7 +4,7 @@
 
 #include "estimator/calibration.h"
 #include "fuzz/fuzz_util.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lcplan;

@@ -9,8 +9,8 @@
 #include "estimator/estimate.h"
 #include "estimator/plan_rules.h"
 #include "fuzz/fuzz_util.h"
-#include "models/data_dir.h"
-#include "models/user_error.h"
+#include "common/data_dir.h"
+#include "common/user_error.h"
 #include "models/zoo.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include "fuzz/fuzz_util.h"
 #include "models/hf_config.h"
 #include "models/params.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lcplan;

@@ -2,9 +2,9 @@
 // accepted records carry only positive finite measured values. Models/hardware are not resolved (that reads files).
 #include <cstdint>
 
-#include "profiler/measurement.h"
+#include "calibrate/measurement.h"
 #include "fuzz/fuzz_util.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lcplan;

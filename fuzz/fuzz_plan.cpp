@@ -5,8 +5,8 @@
 #include "estimator/plan.h"
 #include "estimator/plan_rules.h"
 #include "fuzz/fuzz_util.h"
-#include "models/data_dir.h"
-#include "models/user_error.h"
+#include "common/data_dir.h"
+#include "common/user_error.h"
 #include "models/zoo.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -5,7 +5,7 @@
 
 #include "estimator/plan.h"
 #include "fuzz/fuzz_util.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace lcplan;

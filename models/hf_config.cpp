@@ -6,7 +6,7 @@
 #include <set>
 #include <string_view>
 
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

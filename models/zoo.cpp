@@ -6,8 +6,8 @@
 #include <tuple>
 
 #include "models/hf_config.h"
-#include "models/json_file.h"
-#include "models/user_error.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "estimator/pipeline_split.h"
+#include "parallel/pipeline_split.h"
 
 namespace lcplan {
 

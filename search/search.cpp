@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "estimator/pipeline_split.h"
+#include "parallel/pipeline_split.h"
 
 namespace lcplan {
 

@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "bench/moe/proxy_common.h"
-#include "estimator/rank_layout.h"
+#include "parallel/rank_layout.h"
 #include "kernels/comm/comm.h"
 #include "kernels/comm/helpers.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe_gpu.h"
-#include "models/data_dir.h"
-#include "models/user_error.h"
+#include "common/data_dir.h"
+#include "common/user_error.h"
 #include "models/zoo.h"
 
 namespace {

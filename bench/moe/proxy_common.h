@@ -7,7 +7,7 @@
 
 #include "kernels/moe/moe_layer.h"
 #include "models/model_spec.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace lcplan::moe_proxy {
 

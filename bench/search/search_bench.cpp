@@ -3,7 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "estimator/hardware.h"
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 #include "models/zoo.h"
 #include "search/search.h"
 

@@ -1,8 +1,8 @@
-// Process groups of a parallel layout, built from Megatron's rank order (estimator/rank_layout.h) so the
+// Process groups of a parallel layout, built from Megatron's rank order (parallel/rank_layout.h) so the
 // communicators and the estimator agree on who talks to whom.
 #pragma once
 
-#include "estimator/rank_layout.h"
+#include "parallel/rank_layout.h"
 #include "kernels/comm/comm.h"
 
 namespace lcplan::comm {

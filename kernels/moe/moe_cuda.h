@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/moe/moe_math.h"
+#include "parallel/chunk_schedule.h"  // kMaxChunks: one limit for plans, schedule and kernels
 
 namespace lcplan::moe::gpu {
 
@@ -24,7 +25,6 @@ void launch_route_bwd(const float* scores, const int* idx, const float* dw, cons
                       float* dlogits, cudaStream_t stream);
 
 // counts[c * experts + e] = slots of chunk c routed to expert e; chunk c holds tokens [bounds[c], bounds[c+1]).
-constexpr int kMaxChunks = 4;
 struct ChunkBounds {
   int b[kMaxChunks + 1] = {};
   int chunks = 1;

@@ -12,7 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/comm/comm.h"
-#include "kernels/moe/chunk_schedule.h"
+#include "parallel/chunk_schedule.h"
 #include "kernels/moe/moe_layer.h"
 
 namespace lcplan::moe::gpu {

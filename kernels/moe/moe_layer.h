@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/comm/comm.h"
-#include "kernels/moe/chunk_schedule.h"
+#include "parallel/chunk_schedule.h"
 #include "kernels/moe/moe_math.h"
 
 namespace lcplan::moe {

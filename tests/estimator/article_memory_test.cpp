@@ -16,8 +16,8 @@
 #include "estimator/calibration.h"
 #include "estimator/memory_model.h"
 #include "estimator/plan_rules.h"
-#include "models/data_dir.h"
-#include "models/json_file.h"
+#include "common/data_dir.h"
+#include "common/json_file.h"
 #include "models/params.h"
 #include "models/zoo.h"
 

@@ -1,10 +1,10 @@
 // Plan record, size strings and the named plan rules.
 #include <gtest/gtest.h>
 
-#include "estimator/pipeline_split.h"
+#include "parallel/pipeline_split.h"
 #include "estimator/plan.h"
 #include "estimator/plan_rules.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 #include "toy_model.h"
 
 using namespace lcplan;

@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-#include "estimator/rank_layout.h"
+#include "parallel/rank_layout.h"
 
 using namespace lcplan;
 

@@ -18,7 +18,7 @@
 #include "estimator/estimate.h"
 #include "estimator/flops.h"
 #include "estimator/plan_rules.h"
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 #include "models/zoo.h"
 #include "search/search.h"
 

@@ -9,7 +9,7 @@
 
 #include "models/hf_config.h"
 #include "models/params.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 namespace {

@@ -23,7 +23,7 @@
 
 #include "models/model_table.h"
 #include "models/params.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 #include "models/zoo.h"
 
 namespace lcplan {

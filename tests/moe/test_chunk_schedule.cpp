@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "kernels/moe/chunk_schedule.h"
+#include "parallel/chunk_schedule.h"
 
 namespace lcplan::moe {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "estimator/plan_rules.h"
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 #include "models/zoo.h"
 #include "search/reduce.h"
 #include "search/search.h"

@@ -70,7 +70,7 @@ for k, r in newest.items():
     model = zoo[base]
     vpp = r["VPP"] or 1
     chunks = r["PP"] * vpp
-    # Megatron splits layers evenly, or layers + 2 when embedding and loss count as layers (estimator/pipeline_split.h).
+    # Megatron splits layers evenly, or layers + 2 when embedding and loss count as layers (parallel/pipeline_split.h).
     if layers[model] % chunks and (chunks <= 2 or (layers[model] + 2) % chunks):
         skipped.append((r["id"], f"{layers[model]} layers do not split over pp*vpp = {chunks} by either Megatron rule (needs a custom pipeline layout)")); continue
     drop = "tokendrop" in r["model"]

@@ -4,7 +4,7 @@
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
 #include "estimator/time_model.h"
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 #include "models/zoo.h"
 
 namespace lcplan {

@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "profiler/calibrate_fit.h"
+#include "calibrate/calibrate_fit.h"
 #include "estimator/time_model.h"
-#include "models/data_dir.h"
+#include "common/data_dir.h"
 
 namespace lcplan {
 namespace {

@@ -1,4 +1,4 @@
-#include "models/json_file.h"
+#include "common/json_file.h"
 
 #include <cctype>
 #include <cerrno>
@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

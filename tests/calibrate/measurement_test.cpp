@@ -1,9 +1,9 @@
 // Measurement files: bad input gets one clear sentence; the fit refuses more coefficients than measured values.
 #include <gtest/gtest.h>
 
-#include "profiler/calibrate_fit.h"
-#include "models/data_dir.h"
-#include "models/user_error.h"
+#include "calibrate/calibrate_fit.h"
+#include "common/data_dir.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 namespace {

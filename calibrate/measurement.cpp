@@ -1,10 +1,10 @@
-#include "profiler/measurement.h"
+#include "calibrate/measurement.h"
 
 #include <cmath>
 
 #include "estimator/plan_rules.h"
-#include "models/json_file.h"
-#include "models/user_error.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
 #include "models/zoo.h"
 
 namespace lcplan {

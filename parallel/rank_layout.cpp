@@ -1,4 +1,4 @@
-#include "estimator/rank_layout.h"
+#include "parallel/rank_layout.h"
 
 #include <algorithm>
 #include <numeric>

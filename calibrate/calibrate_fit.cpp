@@ -1,4 +1,4 @@
-#include "profiler/calibrate_fit.h"
+#include "calibrate/calibrate_fit.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "estimator/memory_model.h"
 #include "estimator/time_model.h"
-#include "models/user_error.h"
+#include "common/user_error.h"
 
 namespace lcplan {
 

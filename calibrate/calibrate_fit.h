@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "estimator/calibration.h"
-#include "profiler/measurement.h"
+#include "calibrate/measurement.h"
 
 namespace lcplan {
 

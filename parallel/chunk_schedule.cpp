@@ -1,4 +1,4 @@
-#include "kernels/moe/chunk_schedule.h"
+#include "parallel/chunk_schedule.h"
 
 #include <algorithm>
 #include <cmath>
