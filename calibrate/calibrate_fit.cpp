@@ -25,10 +25,10 @@ const char* to_string(Quantity q) {
 double predict(const MeasuredCase& c, Quantity q, const Calibration& cal) {
   const Plan& p = c.meas.plan;
   switch (q) {
-    case Quantity::PeakBytes: return estimate_memory(c.model, p, cal).peak_bytes;
+    case Quantity::PeakBytes: return estimate_memory(c.model, p, c.hw, cal).peak_bytes;
     case Quantity::StepSeconds:
       if (c.meas.scope == MeasurementScope::MoeLayer) {
-        const MoeLayerTime t = moe_layer_time(c.model, p, c.hw, cal);
+        const MoeLayerTime t = moe_layer_time(derive_plan(c.model, p, c.hw), c.hw, cal);
         return t.forward + t.backward;
       }
       return estimate_time(c.model, p, c.hw, cal).step_seconds;

@@ -7,13 +7,15 @@
 namespace lcplan {
 
 Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal) {
-  return estimate(m, p, hw, cal, estimate_memory(m, p, cal));
+  const DerivedPlan d = derive_plan(m, p, hw);
+  return estimate(d, hw, cal, estimate_memory(d, cal));
 }
 
-Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal, MemoryEstimate memory) {
+Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, MemoryEstimate memory) {
+  const Plan& p = *d.plan;
   Estimate e;
   e.memory = std::move(memory);
-  e.time = estimate_time(m, p, hw, cal);
+  e.time = estimate_time(d, hw, cal);
   e.capacity_bytes = hw.hbm_bytes;
   e.fits = e.memory.peak_bytes <= e.capacity_bytes;
   if (!e.fits) {

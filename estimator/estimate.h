@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 #include "estimator/memory_model.h"
 #include "estimator/plan.h"
@@ -25,8 +26,9 @@ struct Estimate {
 
 // The plan must be valid (require_valid_plan); this is the only entry point the CLI and the search use.
 Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
-// The same, reusing a memory estimate already computed for this plan (the search computes memory first).
-Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal, MemoryEstimate memory);
+// The same from the plan's derived record, reusing a memory estimate already computed from it (the search
+// derives the plan once and computes memory first).
+Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, MemoryEstimate memory);
 
 // The design's record format (README "Estimate record").
 nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);

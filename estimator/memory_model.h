@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
+#include "estimator/hardware.h"
 #include "estimator/plan.h"
 #include "models/model_spec.h"
 
@@ -48,24 +50,9 @@ struct MemoryEstimate {
   std::vector<StageMemory> stages;
 };
 
-// The plan must be valid (check_plan); callers that accept user input call require_valid_plan first.
-MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Calibration& cal);
-
-// Pieces exposed for unit tests and for the time model.
-struct StageParams {
-  double dense = 0;    // non-expert parameters on this GPU before optimizer/FSDP sharding (after TP)
-  double expert = 0;   // routed-expert parameters on this GPU before sharding (after EP*ETP)
-  double max_unit = 0; // largest FSDP unit (layer, embedding, LM head) on this GPU, unsharded
-};
-StageParams stage_params(const ModelSpec& m, const Plan& p, int stage);
-
-// Saved activation bytes of one layer for one microbatch on this GPU under the plan's recompute mode
-// (full recompute -> the layer input only) and with nothing recomputed (the working set when it is rematerialized).
-struct LayerActivation {
-  double saved = 0;
-  double full = 0;
-  double moe_tokens = 0;  // part of `full` that scales with routed tokens (chunked under chunked EP)
-};
-LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed);
+// Reads the plan's derived record (estimator/derived_plan.h); the plan must be valid (check_plan).
+MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal);
+// Convenience for callers holding no derived record: derives it, then estimates.
+MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
 
 }  // namespace lcplan

@@ -138,7 +138,7 @@ Plan plan_from_json(const nlohmann::json& j) {
   const std::string w = "plan: ";
   check_keys(j,
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
-              "parallel", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers", "offload",
+              "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers", "offload",
               "linear_ce", "moe", "implementation", "dp"},
              "plan");
   Plan p;
@@ -166,6 +166,22 @@ Plan plan_from_json(const nlohmann::json& j) {
     p.parallel.cp = get_int(par, "cp", pw, 1);
     p.parallel.ep = get_int(par, "ep", pw, 1);
     p.parallel.etp = get_int(par, "etp", pw, 1);
+  }
+  if (j.contains("pipeline")) {
+    const auto& pl = j.at("pipeline");
+    check_keys(pl, {"first_stage_layers", "last_stage_layers", "layers"}, "plan \"pipeline\"");
+    p.pipeline.first_stage_layers = get_int(pl, "first_stage_layers", "plan: pipeline.", 0);
+    p.pipeline.last_stage_layers = get_int(pl, "last_stage_layers", "plan: pipeline.", 0);
+    if (pl.contains("layers")) {
+      const auto& list = pl.at("layers");
+      if (!list.is_array() || list.size() > 4096)
+        throw UserError("plan: pipeline.\"layers\" must be a list of decoder layers per virtual stage (at most 4096)");
+      for (const auto& v : list) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 1 << 20)
+          throw UserError("plan: pipeline.\"layers\" entries must be whole numbers of layers (0 or more)");
+        p.pipeline.chunk_layers.push_back(int(v.get<int64_t>()));
+      }
+    }
   }
   p.sequence_parallel = get_bool(j, "sequence_parallel", w, true);
   p.optimizer_sharding = parse_optimizer_sharding(get_string(j, "optimizer_sharding", w, "dist_opt"));
@@ -205,6 +221,13 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["precision"] = to_string(p.precision);
   j["parallel"] = {{"tp", p.parallel.tp}, {"pp", p.parallel.pp}, {"vpp", p.parallel.vpp},
                    {"cp", p.parallel.cp}, {"ep", p.parallel.ep}, {"etp", p.parallel.etp}};
+  if (!p.pipeline.empty()) {
+    nlohmann::json pl = nlohmann::json::object();
+    if (p.pipeline.first_stage_layers > 0) pl["first_stage_layers"] = p.pipeline.first_stage_layers;
+    if (p.pipeline.last_stage_layers > 0) pl["last_stage_layers"] = p.pipeline.last_stage_layers;
+    if (!p.pipeline.chunk_layers.empty()) pl["layers"] = p.pipeline.chunk_layers;
+    j["pipeline"] = pl;
+  }
   j["sequence_parallel"] = p.sequence_parallel;
   j["optimizer_sharding"] = to_string(p.optimizer_sharding);
   j["recompute"] = to_string(p.recompute);

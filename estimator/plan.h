@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "parallel/pipeline_split.h"
+
 namespace lcplan {
 
 struct ModelSpec;
@@ -40,6 +42,7 @@ struct Plan {
   int global_batch = 0;                 // sequences per step; 0 = one microbatch per DP rank per pipeline slot (see README)
   Precision precision = Precision::BF16;
   Parallel parallel;
+  PipelineLayout pipeline;              // uneven pipeline stages (empty = Megatron's automatic split)
   bool sequence_parallel = true;        // Megatron SP (only meaningful with tp > 1)
   OptimizerSharding optimizer_sharding = OptimizerSharding::DistOpt;
   Recompute recompute = Recompute::None;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "estimator/derived_plan.h"
 #include "parallel/pipeline_split.h"
 #include "parallel/chunk_schedule.h"
 #include "common/user_error.h"
@@ -116,14 +117,8 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
     return fail(Rule::EtpFfn, "etp = " + std::to_string(q.etp) + " does not divide the expert ffn size " + std::to_string(m.moe.expert_ffn));
 
   if (q.vpp > 1 && q.pp == 1) return fail(Rule::VppNeedsPp, "vpp = " + std::to_string(q.vpp) + " needs pp > 1 (use vpp = 1 with pp = 1)");
-  const long chunks = static_cast<long>(q.pp) * q.vpp;
-  const long layers = static_cast<long>(m.layers.size());
-  // More virtual stages than layers (+2) can never split; checking first keeps pp*vpp from overflowing int in split_layers.
-  const auto split = chunks <= layers + 2 ? split_layers(int(layers), q.pp, q.vpp) : std::nullopt;
-  if (!split)
-    return fail(Rule::LayersSplit, "pp*vpp = " + std::to_string(chunks) + " does not split the " + std::to_string(layers) +
-                                       " layers (Megatron needs pp*vpp to divide the layers, or the layers + 2 when the "
-                                       "embedding and loss count as layers; divisors of the layers: " + divisors(layers) + ")");
+  const SplitResult split = split_layers(int(m.layers.size()), q.pp, q.vpp, p.pipeline);
+  if (!split.ok) return fail(Rule::LayersSplit, split.error);
 
   const long need = q.cp > 1 ? 2L * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
   if (p.seq_len % need != 0)
@@ -141,17 +136,16 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
                                      std::to_string(moe::kMaxChunks) + ")");
   if (!moe && p.moe.ep_chunks > 1)
     return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " needs a MoE model (use 1)");
-  // seq_len / (cp*tp) is exact (SeqDivisible above); dividing first and capping keeps a huge seq_len from overflowing.
-  const long tokens_per_rank = std::min(p.seq_len / (static_cast<long>(q.cp) * q.tp), 1L << 31) * p.micro_batch;
+  const double tokens_per_rank = hidden_tokens(p);  // tokens each rank routes (estimator/derived_plan.h)
   if (p.moe.ep_chunks > tokens_per_rank)
     return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " exceeds the " +
-                                     std::to_string(tokens_per_rank) + " tokens each rank routes");
+                                     std::to_string(static_cast<long>(tokens_per_rank)) + " tokens each rank routes");
   if (!(p.moe.routing_imbalance >= 1.0) || p.moe.routing_imbalance > 64)
     return fail(Rule::MoeRouting, "routing_imbalance = " + std::to_string(p.moe.routing_imbalance) + " is out of range (valid: 1 to 64; 1 = balanced)");
   if (!(p.moe.capacity_factor >= 0) || p.moe.capacity_factor > 64)
     return fail(Rule::MoeRouting, "capacity_factor = " + std::to_string(p.moe.capacity_factor) + " is out of range (valid: 0 = dropless, or up to 64)");
 
-  const long per_chunk = split->per_chunk;
+  const long per_chunk = split.split.max_chunk_layers();
   if (p.recompute_layers < 0 || p.recompute_layers > per_chunk)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) +
                                            " is out of range (valid: 0 = all, up to the " + std::to_string(per_chunk) +

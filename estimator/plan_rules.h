@@ -19,7 +19,7 @@ enum class Rule : int {
   EpExperts,         // experts divisible by ep (ep = 1 on dense models)
   ExpertGroup,       // ep*etp divides the tp*cp*dp ranks of a stage
   EtpFfn,            // expert ffn divisible by etp
-  LayersSplit,       // layers divisible by pp*vpp
+  LayersSplit,       // layers split over pp*vpp virtual stages (parallel/pipeline_split.h)
   VppNeedsPp,        // vpp > 1 only with pp > 1
   SeqDivisible,      // seq divisible by 2*cp*tp (load-balanced causal CP) or tp (sequence parallel)
   BatchDivisible,    // global batch divisible by micro_batch*dp

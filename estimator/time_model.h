@@ -7,6 +7,7 @@
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
 #include "estimator/plan.h"
+#include "estimator/derived_plan.h"
 #include "parallel/rank_layout.h"
 #include "models/model_spec.h"
 
@@ -37,17 +38,14 @@ struct TimeEstimate {
   std::string bottleneck;            // the largest breakdown term's name
 };
 
-// The plan must be valid (check_plan).
+// Reads the plan's derived record (estimator/derived_plan.h); the plan must be valid (check_plan).
+TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);
+// Convenience for callers holding no derived record: derives it, then estimates.
 TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
 
 // Pieces exposed for tests and for the chunked-EP proxy.
 
-enum class LinkTier { NVLink, Network };
-const char* to_string(LinkTier t);
 enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
-
-// NVLink when every rank of the group sits in one node (Megatron rank order), else the network.
-LinkTier group_tier(const RankLayout& l, Group g, int gpus_per_node);
 
 // Seconds for one collective on `n` ranks over `tier`, where `bytes` is the full buffer of one rank
 // (all-gather: the gathered output; reduce-scatter / all-reduce / all-to-all: the input). nodes = nodes the group spans.
@@ -64,6 +62,6 @@ struct MoeLayerTime {
   double exposed_comm_forward = 0, exposed_comm_backward = 0;  // all-to-all time not hidden under expert GEMMs
   double launch_forward = 0, launch_backward = 0;              // launch-floor excess included in forward/backward
 };
-MoeLayerTime moe_layer_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+MoeLayerTime moe_layer_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);
 
 }  // namespace lcplan

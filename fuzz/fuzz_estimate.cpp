@@ -96,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.moe.capacity_factor = r.pick(capacity);
 
   if (check_plan(m, p)) return 0;  // rejected with a rule: fine
-  const MemoryEstimate mem = estimate_memory(m, p, cal);
+  const MemoryEstimate mem = estimate_memory(m, p, hw, cal);
   fuzz::require(fuzz::finite_nonneg(mem.peak_bytes) && mem.peak_bytes > 0, "peak memory is finite and positive");
   fuzz::require(int(mem.stages.size()) == p.parallel.pp, "one memory record per pipeline stage");
   for (const auto& s : mem.stages) {

@@ -165,11 +165,14 @@ std::string format_schedule(const ChunkSchedule& s) {
 void validate_steps(const std::vector<Step>& steps) {
   const int n = static_cast<int>(steps.size());
   for (int i = 0; i < n; ++i)
-    for (int d : steps[i].deps)
+    for (int d : steps[i].deps) {
       if (d < 0 || d >= n || d == i)
         throw std::logic_error("step " + std::to_string(i) + " (" + step_label(steps[i]) + ") depends on step " +
                                std::to_string(d) + " which does not exist");
-  simulate(steps, std::vector<double>(steps.size(), 1.0));  // throws on deadlock
+      if (d > i)
+        throw std::logic_error("step " + std::to_string(i) + " (" + step_label(steps[i]) + ") depends on step " +
+                               std::to_string(d) + " queued after it (the list is the issue order; the streams could deadlock)");
+    }
 }
 
 Timeline simulate(const std::vector<Step>& steps, const std::vector<double>& duration) {
@@ -177,43 +180,14 @@ Timeline simulate(const std::vector<Step>& steps, const std::vector<double>& dur
   if (duration.size() != n)
     throw std::invalid_argument("simulate: " + std::to_string(duration.size()) + " durations for " +
                                 std::to_string(n) + " steps");
+  validate_steps(steps);
   Timeline t;
-  t.start.assign(n, 0);
-  t.end.assign(n, -1);  // -1: not finished yet
-  std::vector<std::vector<int>> order(2);
-  for (size_t i = 0; i < n; ++i) order[steps[i].stream == StreamKind::Comm ? 0 : 1].push_back(static_cast<int>(i));
-  size_t next[2] = {0, 0};
-  double free_at[2] = {0, 0};
-  for (size_t placed = 0; placed < n;) {
-    bool progress = false;
-    for (int s = 0; s < 2; ++s) {
-      while (next[s] < order[s].size()) {
-        const int i = order[s][next[s]];
-        double ready = free_at[s];
-        bool ok = true;
-        for (int d : steps[i].deps) {
-          if (t.end[d] < 0) {
-            ok = false;
-            break;
-          }
-          ready = std::max(ready, t.end[d]);
-        }
-        if (!ok) break;
-        t.start[i] = ready;
-        t.end[i] = ready + duration[i];
-        free_at[s] = t.end[i];
-        ++next[s];
-        ++placed;
-        progress = true;
-      }
-    }
-    if (!progress) {
-      const int stuck = order[0].size() > next[0] ? order[0][next[0]] : order[1][next[1]];
-      throw std::logic_error("schedule deadlocks: step " + std::to_string(stuck) + " (" + step_label(steps[stuck]) +
-                             ") waits on a step queued behind it");
-    }
-  }
-  for (size_t i = 0; i < n; ++i) t.makespan = std::max(t.makespan, t.end[i]);
+  t.end.assign(n, 0);
+  size_t i = 0;
+  const PassCost c = cost_steps(steps, [&](const Step&) { return std::pair<double, double>(duration[i++], 0.0); }, t.end.data());
+  t.start.resize(n);
+  for (size_t k = 0; k < n; ++k) t.start[k] = t.end[k] - duration[k];
+  t.makespan = c.makespan;
   return t;
 }
 

@@ -1,7 +1,12 @@
 // The chunked expert-parallel schedule as data: a list of steps, each on the communication or the compute
-// stream, with dependencies. Built by a pure function (no MPI, no CUDA) so it can be printed, tested, costed by
-// simulate() below, costed by the estimator (estimator/time_model.cpp costs this schedule) and run by the
-// executors (CPU: non-blocking MPI; GPU: comm + compute streams + events).
+// stream, with dependencies. Built by a pure function (no MPI, no CUDA) so it can be printed and tested.
+//
+// The list is the issue order: each stream runs its steps in list order, and a step depends only on earlier steps
+// (validate_steps checks both), so the two in-order streams can never deadlock and one pass over the list times it.
+// Three interpreters read a schedule, one per purpose:
+//  - costing: cost_steps() below (the estimator's MoE layer time, estimator/time_model.cpp, and simulate());
+//  - CPU execution: kernels/moe/moe_cpu.cpp (non-blocking MPI polled between GEMM row blocks);
+//  - GPU execution: kernels/moe/moe_cuda.cpp (comm and compute streams, events for dependencies).
 //
 // Forward (article section 2.4, chunk2): comm runs c0 dispatch, c1 dispatch, c0 combine, c1 combine; compute
 // runs c0 GEMM, c1 GEMM; c_i dispatch -> c_i GEMM -> c_i combine. Backward mirrors it: combine-bwd per chunk,
@@ -10,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lcplan::moe {
@@ -72,12 +78,45 @@ std::string step_label(const Step& s);
 std::string format_steps(const std::vector<Step>& steps);
 std::string format_schedule(const ChunkSchedule& s);
 
-// Checks that dependencies name existing steps and that the two in-order streams plus dependencies cannot
-// deadlock. Throws std::logic_error describing the first problem.
+// Checks that dependencies name existing, earlier steps (the list is the issue order). Throws std::logic_error
+// describing the first problem.
 void validate_steps(const std::vector<Step>& steps);
 
-// Two in-order streams: a step starts when its stream's previous step and all its deps have finished.
-// `duration[i]` is step i's time (any unit); the result is every step's start and end and the makespan.
+// What one pass over a schedule costs.
+struct PassCost {
+  double makespan = 0;      // end of the last step
+  double compute_busy = 0;  // time the compute stream runs (floors included)
+  double comm_busy = 0;     // time the communication stream runs
+  double floor_excess = 0;  // compute time added by holding steps to their floor (e.g. kernel launch rate)
+};
+
+// The costing interpreter. Two in-order streams: a step starts when its stream's previous step and all its deps
+// have finished. `duration(step)` returns {seconds, floor}: the step takes max(seconds, floor). `end` is scratch of
+// steps.size() entries that receives every step's end time. The schedule must be valid (validate_steps).
+template <class Duration>
+PassCost cost_steps(const std::vector<Step>& steps, Duration&& duration, double* end) {
+  PassCost c;
+  double free_at[2] = {0, 0};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    const int s = st.stream == StreamKind::Comm ? 0 : 1;
+    double ready = free_at[s];
+    for (int d : st.deps) ready = ready > end[d] ? ready : end[d];
+    const auto [seconds, floor] = duration(st);
+    const double took = seconds > floor ? seconds : floor;
+    end[i] = free_at[s] = ready + took;
+    if (s == 0) {
+      c.comm_busy += took;
+    } else {
+      c.compute_busy += took;
+      c.floor_excess += took - seconds;
+    }
+    c.makespan = c.makespan > end[i] ? c.makespan : end[i];
+  }
+  return c;
+}
+
+// cost_steps with step i taking `duration[i]` (any unit): every step's start and end and the makespan.
 struct Timeline {
   std::vector<double> start, end;
   double makespan = 0;

@@ -1,49 +1,60 @@
-// How decoder layers split over the pp*vpp virtual pipeline stages, following Megatron-LM's two rules:
-// layers divisible by pp*vpp, or (with --account-for-embedding-in-pipeline-split and
-// --account-for-loss-in-pipeline-split) layers + 2 divisible, the first and last virtual stage holding one layer
-// fewer because the embedding and the loss each count as a layer. Chunk c runs on stage c % pp (interleaved).
+// How decoder layers split over the pp*vpp virtual pipeline stages. Megatron-LM's rules
+// (megatron/core/transformer/transformer_block.py get_num_layers_to_build, https://github.com/NVIDIA/Megatron-LM):
+//  - even: layers divisible by pp*vpp;
+//  - embedding and loss: with --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split,
+//    layers + 2 divisible, the first and last virtual stage one layer short;
+//  - first/last: --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers give the first / last
+//    stage its own count, the other stages share the rest evenly, and each stage's layers split evenly over its vpp
+//    virtual stages;
+//  - explicit: a layer count per virtual stage (what --pipeline-model-parallel-layout expresses).
+// Without a request, a split neither even rule produces is balanced the way real runs do it (the first and last
+// virtual stage count the embedding and the loss as one layer each and hold fewer layers).
+// Virtual stage c runs on pipeline stage c % pp (interleaved schedule), as its (c / pp)-th chunk.
 #pragma once
 
-#include <optional>
+#include <cstdint>
+#include <string>
+#include <vector>
 
 namespace lcplan {
 
-struct PipelineSplit {
-  int pp = 1, vpp = 1;
-  int chunks = 1;           // pp * vpp virtual stages
-  int per_chunk = 0;        // layers of a middle virtual stage
-  bool edge_short = false;  // first and last virtual stage hold per_chunk - 1 layers
-
-  int start(int c) const { return edge_short && c > 0 ? per_chunk - 1 + (c - 1) * per_chunk : c * per_chunk; }
-  int layers_in(int c) const { return per_chunk - (edge_short && (c == 0 || c == chunks - 1) ? 1 : 0); }
-  int chunk_of(int layer) const {
-    if (!edge_short) return layer / per_chunk;
-    if (layer < per_chunk - 1) return 0;
-    const int c = 1 + (layer - (per_chunk - 1)) / per_chunk;
-    return c < chunks ? c : chunks - 1;
-  }
-  int stage_of(int layer) const { return chunk_of(layer) % pp; }
-  int vchunk_of(int layer) const { return chunk_of(layer) / pp; }
-  int pos_in_chunk(int layer) const { return layer - start(chunk_of(layer)); }
+// What the plan asks for; everything zero / empty = automatic.
+struct PipelineLayout {
+  int first_stage_layers = 0;      // decoder layers on pipeline stage 0 (Megatron --decoder-first-pipeline-num-layers)
+  int last_stage_layers = 0;       // decoder layers on the last stage (--decoder-last-pipeline-num-layers)
+  std::vector<int> chunk_layers;   // explicit decoder layers per virtual stage, pp*vpp entries in Megatron order
+  bool empty() const { return first_stage_layers == 0 && last_stage_layers == 0 && chunk_layers.empty(); }
 };
 
-// Nothing when neither rule splits `layers` over pp*vpp with at least one layer per virtual stage.
-inline std::optional<PipelineSplit> split_layers(int layers, int pp, int vpp) {
-  if (pp < 1 || vpp < 1 || layers < 1) return std::nullopt;
-  PipelineSplit s;
-  s.pp = pp;
-  s.vpp = vpp;
-  s.chunks = pp * vpp;
-  if (layers % s.chunks == 0) {
-    s.per_chunk = layers / s.chunks;
-    return s;
-  }
-  if (s.chunks > 2 && (layers + 2) % s.chunks == 0 && (layers + 2) / s.chunks >= 2) {
-    s.per_chunk = (layers + 2) / s.chunks;
-    s.edge_short = true;
-    return s;
-  }
-  return std::nullopt;
-}
+enum class SplitRule : uint8_t { Even, EmbeddingAndLoss, FirstLast, Explicit, Balanced };
+const char* to_string(SplitRule r);
+
+struct PipelineSplit {
+  int pp = 1, vpp = 1;
+  SplitRule rule = SplitRule::Even;
+  std::vector<int> layers;  // decoder layers of each virtual stage, pp*vpp entries
+
+  int chunks() const { return pp * vpp; }
+  int layers_in(int chunk) const { return layers[chunk]; }
+  int stage_of_chunk(int chunk) const { return chunk % pp; }
+  int max_chunk_layers() const;  // the most layers one virtual stage holds
+  int stage_layers(int stage) const;  // decoder layers of pipeline stage `stage` over all its virtual stages
+};
+
+// The split, or an empty `split` and one sentence in `error` naming the value and what would be valid.
+struct SplitResult {
+  bool ok = false;
+  PipelineSplit split;
+  std::string error;
+};
+SplitResult split_layers(int layers, int pp, int vpp, const PipelineLayout& want = {});
+
+// Where each decoder layer lands, in layer order (one walk over the split).
+struct LayerPlace {
+  int stage = 0;   // pipeline stage (rank)
+  int vchunk = 0;  // virtual chunk index on that stage
+  int pos = 0;     // position inside its virtual stage (Megatron's block recompute counts from 0)
+};
+std::vector<LayerPlace> place_layers(const PipelineSplit& s);
 
 }  // namespace lcplan

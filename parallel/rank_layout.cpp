@@ -153,21 +153,19 @@ int group_nodes(const RankLayout& l, Group g, int gpus_per_node) {
     case Group::EDP: stride = l.etp * l.ep; break;
   }
   const long long gpn = std::max(1, gpus_per_node), n = group_size(l, g), s = stride, block = s * n;
+  // A stride of a node or more puts every member on its own node.
+  if (s >= gpn) return static_cast<int>(n);
+  // A shorter stride skips no node: a group starting at residue r = o mod gpn spans floor((r + (n-1)s)/gpn) + 1
+  // nodes, so the widest group starts at the largest reachable residue. Offsets o = a + b*block, a < s; the
+  // residues of b*block repeat after `period` blocks.
   const long long blocks = std::max(1LL, l.world / block);
-  const long long period = gpn / std::gcd(block % gpn == 0 ? gpn : block % gpn, gpn);  // b steps before o mod gpn repeats
-  int widest = 0;
-  for (long long a = 0; a < std::min(s, gpn); ++a)
-    for (long long b = 0; b < std::min(blocks, period); ++b) {
-      const long long o = (a + b * block) % gpn;
-      int nodes = 0;
-      long long last = -1;
-      for (long long k = 0; k < n; ++k) {
-        const long long node = (o + k * s) / gpn;
-        if (node != last) last = node, ++nodes;
-      }
-      widest = std::max(widest, nodes);
-    }
-  return widest;
+  const long long period = gpn / std::gcd(block % gpn == 0 ? gpn : block % gpn, gpn);
+  long long r_max = 0;
+  for (long long b = 0; b < std::min(blocks, period) && r_max < gpn - 1; ++b) {
+    const long long c = (b * block) % gpn;  // residue of a = 0; a up to s-1 adds to it, wrapping past gpn-1
+    r_max = std::max(r_max, c + s - 1 >= gpn ? gpn - 1 : c + s - 1);
+  }
+  return static_cast<int>((r_max + (n - 1) * s) / gpn + 1);
 }
 
 const char* group_name(Group g) {
@@ -184,6 +182,12 @@ const char* group_name(Group g) {
     case Group::EP_ETP: return "ep*etp";
   }
   return "?";
+}
+
+const char* to_string(LinkTier t) { return t == LinkTier::NVLink ? "nvlink" : "network"; }
+
+LinkTier group_tier(const RankLayout& l, Group g, int gpus_per_node) {
+  return group_nodes(l, g, gpus_per_node) == 1 ? LinkTier::NVLink : LinkTier::Network;
 }
 
 }  // namespace lcplan

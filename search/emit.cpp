@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "estimator/derived_plan.h"
 #include "parallel/pipeline_split.h"
 
 namespace lcplan {
@@ -12,9 +13,21 @@ namespace {
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 // Tokens per CP rank per microbatch, as 32K when a whole number of K, else exact.
-std::string local_tokens(const Plan& p) {
-  const long long t = p.seq_len * p.micro_batch / p.parallel.cp;
+std::string local_tokens_text(const Plan& p) {
+  const long long t = static_cast<long long>(local_tokens(p));
   return t % 1024 == 0 ? std::to_string(t / 1024) + "K" : std::to_string(t);
+}
+
+// Megatron's --pipeline-model-parallel-layout: per virtual stage E (embedding), t (decoder layer), m (MTP), L (loss).
+std::string layout_string(const PipelineSplit& s, int mtp_layers) {
+  std::string out;
+  for (int c = 0; c < s.chunks(); ++c) {
+    if (c > 0) out += "|";
+    if (c == 0) out += "E";
+    out.append(s.layers_in(c), 't');
+    if (c == s.chunks() - 1) out.append(mtp_layers, 'm').append("L");
+  }
+  return out;
 }
 
 std::string row(const Candidate& c, int rank) {
@@ -28,7 +41,7 @@ std::string row(const Candidate& c, int rank) {
                 (std::string(to_string(p.recompute)) + (p.recompute_layers > 0 ? "/" + std::to_string(p.recompute_layers) : ""))
                     .c_str(),
                 p.linear_ce ? "on" : "off", p.moe.ep_chunks, p.offload.optimizer ? "opt" : "-",
-                local_tokens(p).c_str(), e.memory.peak_bytes / GiB,
+                local_tokens_text(p).c_str(), e.memory.peak_bytes / GiB,
                 e.time.tflops_per_gpu, e.time.tokens_per_second_per_gpu, e.time.bottleneck.c_str());
   return buf;
 }
@@ -106,9 +119,27 @@ std::string megatron_flags(const Plan& p, const ModelSpec& m) {
   std::ostringstream o;
   const Parallel& q = p.parallel;
   o << "--tensor-model-parallel-size " << q.tp << " --pipeline-model-parallel-size " << q.pp;
-  const auto split = split_layers(int(m.layers.size()), q.pp, q.vpp);
-  if (q.vpp > 1 && split) o << " --num-layers-per-virtual-pipeline-stage " << split->per_chunk;
-  if (split && split->edge_short) o << " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
+  const SplitResult split = split_layers(int(m.layers.size()), q.pp, q.vpp, p.pipeline);
+  if (split.ok) {
+    const PipelineSplit& s = split.split;
+    switch (s.rule) {
+      case SplitRule::Even:
+      case SplitRule::EmbeddingAndLoss:
+        if (q.vpp > 1) o << " --num-layers-per-virtual-pipeline-stage " << s.max_chunk_layers();
+        if (s.rule == SplitRule::EmbeddingAndLoss)
+          o << " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
+        break;
+      case SplitRule::FirstLast:
+        if (q.vpp > 1) o << " --num-virtual-stages-per-pipeline-rank " << q.vpp;
+        if (p.pipeline.first_stage_layers > 0) o << " --decoder-first-pipeline-num-layers " << p.pipeline.first_stage_layers;
+        if (p.pipeline.last_stage_layers > 0) o << " --decoder-last-pipeline-num-layers " << p.pipeline.last_stage_layers;
+        break;
+      case SplitRule::Explicit:
+      case SplitRule::Balanced:
+        o << " --pipeline-model-parallel-layout \"" << layout_string(s, m.mtp_layers) << "\"";
+        break;
+    }
+  }
   o << " --context-parallel-size " << q.cp;
   if (q.cp > 1) o << " --cp-comm-type p2p";
   if (q.ep > 1 || q.etp > 1) o << " --expert-model-parallel-size " << q.ep << " --expert-tensor-parallel-size " << q.etp;

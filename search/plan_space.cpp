@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "parallel/chunk_schedule.h"
+
 namespace lcplan {
 
 namespace {
@@ -29,13 +31,75 @@ PlanSpace default_space(const ModelSpec& m, const Plan& base) {
   s.ep = has_moe(m) ? powers_of_two(std::min(m.moe.num_experts, g)) : std::vector<int>{1};
   s.etp = has_moe(m) ? std::vector<int>{1, 2} : std::vector<int>{1};
   s.micro_batch = base.seq_len >= 32768 ? std::vector<int>{1} : std::vector<int>{1, 2, 4};
-  s.ep_chunks = has_moe(m) ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{1};
+  s.ep_chunks = {1};
+  if (has_moe(m))
+    for (int n = 2; n <= moe::kMaxChunks; ++n) s.ep_chunks.push_back(n);
   s.recompute_fractions = {1.0, 0.5};
   s.sharding = {OptimizerSharding::DistOpt, OptimizerSharding::Fsdp, OptimizerSharding::None};
   s.recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   s.linear_ce = {true, false};
   s.offload_optimizer = {false, true};
   return s;
+}
+
+Odometer::Odometer(std::vector<size_t> sizes) : sizes_(std::move(sizes)), idx_(sizes_.size(), 0) {
+  done_ = count() == 0;
+}
+
+size_t Odometer::count() const {
+  size_t n = 1;
+  for (size_t s : sizes_) n *= s;
+  return n;
+}
+
+void Odometer::next() {
+  for (size_t d = sizes_.size(); d-- > 0;) {
+    if (++idx_[d] < sizes_[d]) return;
+    idx_[d] = 0;
+  }
+  done_ = true;
+}
+
+LayoutWalk::LayoutWalk(const PlanSpace& s)
+    : s_(s), odo_({s.tp.size(), s.pp.size(), s.vpp.size(), s.cp.size(), s.ep.size(), s.etp.size(), s.micro_batch.size()}) {}
+
+void LayoutWalk::apply(Plan& p) const {
+  p.parallel = {s_.tp[odo_[0]], s_.pp[odo_[1]], s_.vpp[odo_[2]], s_.cp[odo_[3]], s_.ep[odo_[4]], s_.etp[odo_[5]]};
+  p.micro_batch = s_.micro_batch[odo_[6]];
+}
+
+std::vector<OptionWalk::RecomputeChoice> OptionWalk::recompute_choices(const PlanSpace& s) {
+  std::vector<RecomputeChoice> out;
+  for (Recompute r : s.recompute) {
+    if (r != Recompute::Full) out.push_back({r, 0, -1});
+    else if (!s.recompute_layers.empty())
+      for (int n : s.recompute_layers) out.push_back({r, n, -1});
+    else
+      for (double f : s.recompute_fractions) out.push_back({r, 0, f});
+  }
+  return out;
+}
+
+OptionWalk::OptionWalk(const PlanSpace& s)
+    : s_(s),
+      recompute_(recompute_choices(s)),
+      odo_({s.ep_chunks.size(), s.sharding.size(), s.linear_ce.size(), s.offload_optimizer.size(), recompute_.size()}) {}
+
+bool OptionWalk::apply(Plan& p, int chunk_layers) const {
+  p.moe.ep_chunks = s_.ep_chunks[odo_[0]];
+  p.optimizer_sharding = s_.sharding[odo_[1]];
+  p.linear_ce = s_.linear_ce[odo_[2]];
+  p.offload.optimizer = s_.offload_optimizer[odo_[3]];
+  const RecomputeChoice& rc = recompute_[odo_[4]];
+  p.recompute = rc.mode;
+  p.recompute_layers = rc.layers;
+  if (rc.fraction >= 0) {
+    // Fractions that round to "all" or repeat a count are the same plan.
+    const int n = rc.fraction >= 1.0 ? 0 : std::max(1, static_cast<int>(rc.fraction * chunk_layers));
+    if (rc.fraction < 1.0 && n >= chunk_layers) return false;
+    p.recompute_layers = n;
+  }
+  return true;
 }
 
 size_t PlanSpace::size() const {

@@ -24,4 +24,55 @@ struct PlanSpace {
 // Every dimension free: powers of two bounded by the model (heads, experts, layers) and the GPU count.
 PlanSpace default_space(const ModelSpec& m, const Plan& base);
 
+// Mixed-radix counter over dimension sizes, last dimension fastest.
+class Odometer {
+ public:
+  explicit Odometer(std::vector<size_t> sizes);
+  bool done() const { return done_; }
+  void next();
+  size_t operator[](size_t dim) const { return idx_[dim]; }
+  size_t count() const;  // every combination
+
+ private:
+  std::vector<size_t> sizes_, idx_;
+  bool done_ = false;
+};
+
+// The search walks a PlanSpace as two odometers: layouts (tp, pp, vpp, cp, ep, etp, micro_batch) outside, options
+// (ep_chunks, sharding, linear_ce, optimizer offload, recompute with its layers) inside, so that a layout a rule
+// rejects is skipped together with every option it stands for.
+class LayoutWalk {
+ public:
+  explicit LayoutWalk(const PlanSpace& s);
+  bool done() const { return odo_.done(); }
+  void next() { odo_.next(); }
+  void apply(Plan& p) const;  // sets parallel sizes and micro batch
+
+ private:
+  const PlanSpace& s_;
+  Odometer odo_;
+};
+
+class OptionWalk {
+ public:
+  explicit OptionWalk(const PlanSpace& s);
+  bool done() const { return odo_.done(); }
+  void next() { odo_.next(); }
+  size_t count() const { return odo_.count(); }
+  // Sets the options; `chunk_layers` is the most layers a virtual stage holds (recompute fractions apply to it).
+  // False when a recompute fraction rounds to a layer count another choice already covers: the same plan, skip it.
+  bool apply(Plan& p, int chunk_layers) const;
+
+ private:
+  struct RecomputeChoice {
+    Recompute mode;
+    int layers;       // explicit layers per virtual stage (0 = all)
+    double fraction;  // < 0: use `layers`; else this fraction of a virtual stage's layers (1 = all)
+  };
+  static std::vector<RecomputeChoice> recompute_choices(const PlanSpace& s);
+  const PlanSpace& s_;
+  std::vector<RecomputeChoice> recompute_;
+  Odometer odo_;
+};
+
 }  // namespace lcplan

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "estimator/derived_plan.h"
 #include "models/params.h"
 
 namespace lcplan {
@@ -75,10 +76,10 @@ ReducedRecipe reduce_recipe(const ModelSpec& m, const Plan& base, const Hardware
 
   // CP from the target local sequence.
   int cp = 1;
-  while (base.seq_len * p.micro_batch / cp > rules.target_local_seq_max && cp < base.gpus) cp *= 2;
   p.parallel.cp = cp;
+  while (local_tokens(p) > rules.target_local_seq_max && cp < base.gpus) p.parallel.cp = cp *= 2;
   out.rationale.push_back(fmt("CP %.0f: local sequence %.0fK tokens (rule: keep it at 16K-32K)", cp,
-                              double(base.seq_len) / cp / 1024));
+                              local_tokens(p) / 1024));
   out.rationale.push_back("FSDP (ZeRO-3) for static state, full recompute for activations, linear CE for logits");
 
   // Bend the rules in the article's order of preference when the rule recipe is invalid or does not fit.

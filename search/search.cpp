@@ -52,6 +52,21 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
   const size_t total = space.size();
   const int layers = static_cast<int>(m.layers.size());
   Plan p = base;
+  // Within a layout the derived record depends only on ep_chunks and the recompute choice (sharding, loss and
+  // offload are read from the plan by the models), so each is derived once per layout and reused; its plan pointer
+  // is `p`, whose other fields the walk sets before every estimate.
+  struct Derived {
+    int chunks, layers;
+    Recompute recompute;
+    DerivedPlan d;
+  };
+  std::vector<Derived> derived;
+  auto derived_for = [&]() -> const DerivedPlan& {
+    for (const Derived& e : derived)
+      if (e.chunks == p.moe.ep_chunks && e.recompute == p.recompute && e.layers == p.recompute_layers) return e.d;
+    derived.push_back({p.moe.ep_chunks, p.recompute_layers, p.recompute, derive_plan(m, p, hw)});
+    return derived.back().d;
+  };
   auto visit = [&]() {
     ++r.candidates;
     if (progress && (r.candidates & 1023) == 0) progress(r.candidates, total);
@@ -60,7 +75,8 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       return;
     }
     ++r.evaluated;
-    MemoryEstimate mem = estimate_memory(m, p, cal);
+    const DerivedPlan& d = derived_for();
+    MemoryEstimate mem = estimate_memory(d, cal);
     if (!r.any_valid || mem.peak_bytes < r.smallest_peak.estimate.memory.peak_bytes) {
       r.any_valid = true;
       r.smallest_peak.plan = p;
@@ -70,69 +86,34 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       ++r.rejects[kMemoryReject];
       return;
     }
-    Candidate c{p, estimate(m, p, hw, cal, std::move(mem))};
+    Candidate c{p, estimate(d, hw, cal, std::move(mem))};
     if (opt.objective == Objective::Memory && tokens_per_s(c) < opt.throughput_floor) return;
     ++r.feasible;
     offer_top(r.top, c, opt);
     offer_pareto(r.pareto, c);
   };
-  // Inner choices per layout, so a layout rejected by a rule counts every plan it stands for.
-  size_t rec_choices = 0;
-  for (Recompute rc : space.recompute)
-    rec_choices += rc != Recompute::Full ? 1 : (space.recompute_layers.empty() ? space.recompute_fractions.size() : space.recompute_layers.size());
-  const size_t inner = space.ep_chunks.size() * space.sharding.size() * space.linear_ce.size() *
-                       space.offload_optimizer.size() * rec_choices;
-  for (int tp : space.tp)
-    for (int pp : space.pp)
-      for (int vpp : space.vpp)
-        for (int cp : space.cp)
-          for (int ep : space.ep)
-            for (int etp : space.etp)
-              for (int mb : space.micro_batch) {
-                // Layout rules do not depend on the inner choices: check them once with neutral inner values.
-                p.parallel = {tp, pp, vpp, cp, ep, etp};
-                p.micro_batch = mb;
-                p.moe.ep_chunks = 1;
-                p.recompute = Recompute::None;
-                p.recompute_layers = 0;
-                if (auto v = check_plan(m, p)) {
-                  r.candidates += inner;
-                  r.rejects[static_cast<int>(v->rule)] += inner;
-                  continue;
-                }
-                for (int chunks : space.ep_chunks)
-                  for (OptimizerSharding sh : space.sharding)
-                    for (bool lce : space.linear_ce)
-                      for (bool off : space.offload_optimizer)
-                        for (Recompute rc : space.recompute) {
-                          p.moe.ep_chunks = chunks;
-                          p.optimizer_sharding = sh;
-                          p.linear_ce = lce;
-                          p.offload.optimizer = off;
-                          p.recompute = rc;
-                          p.recompute_layers = 0;
-                          if (rc != Recompute::Full) {
-                            visit();
-                          } else if (!space.recompute_layers.empty()) {
-                            for (int n : space.recompute_layers) {
-                              p.recompute_layers = n;
-                              visit();
-                            }
-                          } else {
-                            const int per_chunk = split_layers(layers, pp, vpp).value().per_chunk;
-                            for (double f : space.recompute_fractions) {
-                              // Fractions that round to "all" or repeat a count are the same plan: count, skip.
-                              const int n = f >= 1.0 ? 0 : std::max(1, static_cast<int>(f * per_chunk));
-                              if (f < 1.0 && n >= per_chunk) {
-                                ++r.candidates;
-                                continue;
-                              }
-                              p.recompute_layers = n;
-                              visit();
-                            }
-                          }
-                        }
-              }
+  const size_t options = OptionWalk(space).count();  // plans each layout stands for
+  for (LayoutWalk layout(space); !layout.done(); layout.next()) {
+    // Layout rules do not depend on the options: check them once with neutral options.
+    layout.apply(p);
+    p.moe.ep_chunks = 1;
+    p.recompute = Recompute::None;
+    p.recompute_layers = 0;
+    if (auto v = check_plan(m, p)) {
+      r.candidates += options;
+      r.rejects[static_cast<int>(v->rule)] += options;
+      continue;
+    }
+    const int chunk_layers = split_layers(layers, p.parallel.pp, p.parallel.vpp, p.pipeline).split.max_chunk_layers();
+    derived.clear();
+    for (OptionWalk option(space); !option.done(); option.next()) {
+      if (!option.apply(p, chunk_layers)) {
+        ++r.candidates;
+        continue;
+      }
+      visit();
+    }
+  }
   std::sort(r.pareto.begin(), r.pareto.end(), [](const Candidate& a, const Candidate& b) { return peak(a) < peak(b); });
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

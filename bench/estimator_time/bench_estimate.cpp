@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 #include "estimator/memory_model.h"
 #include "estimator/time_model.h"
@@ -22,8 +23,9 @@ void run(benchmark::State& state, const char* model, lcplan::Plan p) {
   const lcplan::Calibration cal = lcplan::load_calibration(p.implementation, data());
   p.model = model;
   for (auto _ : state) {
-    auto mem = lcplan::estimate_memory(m, p, cal);
-    auto t = lcplan::estimate_time(m, p, hw, cal);
+    const lcplan::DerivedPlan d = lcplan::derive_plan(m, p, hw);  // once per plan, as the search does
+    auto mem = lcplan::estimate_memory(d, cal);
+    auto t = lcplan::estimate_time(d, hw, cal);
     benchmark::DoNotOptimize(mem.peak_bytes);
     benchmark::DoNotOptimize(t.step_seconds);
   }

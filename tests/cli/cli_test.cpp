@@ -219,7 +219,7 @@ std::vector<Bad> bad_invocations() {
       {"tp not dividing heads", est({"--tp", "3", "--gpus", "48"}), {"tp"}},
       {"ep not dividing experts", est({"--ep", "3", "--gpus", "48"}), {"ep", "experts"}},
       {"gpus not divisible by tp*pp*cp", est({"--gpus", "30", "--cp", "4"}), {"tp*pp*cp"}},
-      {"layers not split by pp", est({"--pp", "9", "--gpus", "72"}), {"layers"}},
+      {"layers not split by pp", est({"--pp", "16", "--vpp", "4", "--gpus", "64"}), {"layers"}},
       {"recompute layers without full recompute", est({"--recompute-layers", "2"}), {"recompute"}},
       {"ep chunks out of range", est({"--ep-chunks", "5", "--ep", "8"}), {"ep_chunks"}},
       {"--fsdp with --dist-opt", est({"--fsdp", "--dist-opt"}), {"--dist-opt", "fsdp"}},

@@ -14,6 +14,8 @@
 #include <cstdio>
 
 #include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
+#include "estimator/hardware.h"
 #include "estimator/memory_model.h"
 #include "estimator/plan_rules.h"
 #include "common/data_dir.h"
@@ -56,6 +58,7 @@ std::vector<Row> tuning_path() {
 struct Fixture : ::testing::Test {
   ModelSpec model = load_model("qwen3.5-35b-a3b", data_dir());
   Calibration cal = load_calibration("bumblebee", data_dir());
+  Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
 };
 
 }  // namespace
@@ -64,7 +67,7 @@ TEST_F(Fixture, Fp32LogitsOfTheBaselineAre32_55GB) {
   const Row a1 = tuning_path().at(0);
   ASSERT_EQ(a1.id, "a1");
   ASSERT_FALSE(check_plan(model, a1.plan));
-  const MemoryEstimate e = estimate_memory(model, a1.plan, cal);
+  const MemoryEstimate e = estimate_memory(model, a1.plan, hw, cal);
   const StageMemory& last = e.stages.back();
   EXPECT_EQ(last.peak_phase, Phase::Loss);
   EXPECT_DOUBLE_EQ(last.breakdown.logits, 65536.0 * 124160.0 * 4.0);  // article section 2.3
@@ -74,7 +77,7 @@ TEST_F(Fixture, Fp32LogitsOfTheBaselineAre32_55GB) {
   no_tp.parallel.tp = 1;
   no_tp.parallel.cp = 2;
   no_tp.parallel.pp = 4;
-  EXPECT_NEAR(estimate_memory(model, no_tp, cal).stages.back().breakdown.logits / 1e9, 65.10, 0.01);
+  EXPECT_NEAR(estimate_memory(model, no_tp, hw, cal).stages.back().breakdown.logits / 1e9, 65.10, 0.01);
 }
 
 TEST_F(Fixture, StaticStateFollowsTheArticleFormulas) {
@@ -82,18 +85,18 @@ TEST_F(Fixture, StaticStateFollowsTheArticleFormulas) {
   const double experts = count_params(model).routed_experts;
   Plan p = tuning_path().at(1).plan;  // TP1 PP2 EP8 CP4 on 32 GPUs, dist_opt
   const int pp = p.parallel.pp, ep = p.parallel.ep, gpus = p.gpus;
-  const MemoryEstimate d = estimate_memory(model, p, cal);
+  const MemoryEstimate d = estimate_memory(model, p, hw, cal);
   // Stage 0 holds exactly half of the routed experts over EP (the last stage adds the MTP module's experts).
-  EXPECT_NEAR(stage_params(model, p, 0).expert * 6, experts * 6 / (pp * ep), 1e-6 * experts);
+  EXPECT_NEAR(derive_plan(model, p, hw).stages[0].params.expert * 6, experts * 6 / (pp * ep), 1e-6 * experts);
   for (const auto& s : d.stages) {
-    const StageParams sp = stage_params(model, p, s.stage);
+    const UnitParams sp = derive_plan(model, p, hw).stages[s.stage].params;
     // Optimizer ~= n*12/nGPU (the stage's share of n is n/PP, sharded over the stage's nGPU/PP ranks).
     EXPECT_NEAR(s.breakdown.optimizer, n * 12 / gpus, 0.05 * n * 12 / gpus) << "stage " << s.stage;
     // params + grads ~= n*6/(PP*EP): exact for the experts, which dominate; the dense rest is not divided by EP.
     EXPECT_NEAR(s.breakdown.params + s.breakdown.grads, n * 6 / (pp * ep), 6 * sp.dense + 1) << "stage " << s.stage;
   }
   p.optimizer_sharding = OptimizerSharding::Fsdp;
-  const MemoryEstimate f = estimate_memory(model, p, cal);
+  const MemoryEstimate f = estimate_memory(model, p, hw, cal);
   for (const auto& s : f.stages) {
     EXPECT_NEAR(s.breakdown.params + s.breakdown.grads, n * 6 / gpus, 0.05 * n * 6 / gpus) << "stage " << s.stage;
     EXPECT_NEAR(s.breakdown.optimizer, n * 12 / gpus, 0.05 * n * 12 / gpus) << "stage " << s.stage;
@@ -107,7 +110,7 @@ TEST_F(Fixture, TuningPathPeaks) {
   std::printf("\n%-4s %-34s %9s %9s %8s %9s  per-stage GB\n", "id", "plan", "article", "stage 0", "error", "all-stage");
   for (const auto& r : rows) {
     ASSERT_FALSE(check_plan(model, r.plan)) << r.id;
-    const MemoryEstimate e = estimate_memory(model, r.plan, cal);
+    const MemoryEstimate e = estimate_memory(model, r.plan, hw, cal);
     const double s0 = e.stages.front().peak_bytes / 1e9;
     stage0[r.id] = s0;
     char plan[64];
@@ -132,13 +135,13 @@ TEST_F(Fixture, TuningPathPeaks) {
   // rows are not single-toggle ablations. We print the micro-batch-2 reading for the record.
   Plan a4 = rows.at(3).plan;
   a4.micro_batch = 2;
-  std::printf("a4 with micro batch 2 (not asserted): %.2f GB\n", estimate_memory(model, a4, cal).stages[0].peak_bytes / 1e9);
+  std::printf("a4 with micro batch 2 (not asserted): %.2f GB\n", estimate_memory(model, a4, hw, cal).stages[0].peak_bytes / 1e9);
 }
 
 TEST_F(Fixture, Fsdp2SavingOverDistributedOptimizer) {
   const auto rows = tuning_path();
-  const double a2 = estimate_memory(model, rows.at(1).plan, cal).stages[0].peak_bytes;
-  const double a3 = estimate_memory(model, rows.at(2).plan, cal).stages[0].peak_bytes;
+  const double a2 = estimate_memory(model, rows.at(1).plan, hw, cal).stages[0].peak_bytes;
+  const double a3 = estimate_memory(model, rows.at(2).plan, hw, cal).stages[0].peak_bytes;
   std::printf("FSDP2 saving: %.2f GB (article 8.88 GB)\n", (a2 - a3) / 1e9);
   EXPECT_NEAR((a2 - a3) / 1e9, 8.88, 1.5);
 }

@@ -20,6 +20,7 @@
 
 using namespace lcplan;
 using lcplan::testing::bare_calibration;
+using lcplan::testing::toy_hardware;
 using lcplan::testing::toy_model;
 
 namespace {
@@ -52,19 +53,19 @@ TEST(MemoryTerms, StaticUnderEachSharding) {
   const Calibration cal = bare_calibration();
   // none: 2 + 4 + 12 bytes per parameter.
   p.optimizer_sharding = OptimizerSharding::None;
-  MemoryEstimate e = estimate_memory(m, p, cal);
+  MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).params, 2 * 202304.0);
   EXPECT_DOUBLE_EQ(at(e, 0).grads, 4 * 202304.0);
   EXPECT_DOUBLE_EQ(at(e, 0).optimizer, 12 * 202304.0);
   // dist_opt over dp*cp = 2 (dense) and expert-dp = 2: 12 * (177,728 + 24,576) / 2.
   p.optimizer_sharding = OptimizerSharding::DistOpt;
-  e = estimate_memory(m, p, cal);
+  e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).params, 2 * 202304.0);
   EXPECT_DOUBLE_EQ(at(e, 0).optimizer, 12 * 101152.0);
   // fsdp: all 18 bytes over 2 ranks, plus the largest unit (the 64,000-parameter tables) gathered twice (current +
   // prefetch, bf16) and its fp32 gradient in backward.
   p.optimizer_sharding = OptimizerSharding::Fsdp;
-  e = estimate_memory(m, p, cal);
+  e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).params, 2 * 101152.0);
   EXPECT_DOUBLE_EQ(at(e, 0).grads, 4 * 101152.0);
   EXPECT_DOUBLE_EQ(at(e, 0).optimizer, 12 * 101152.0);
@@ -72,7 +73,7 @@ TEST(MemoryTerms, StaticUnderEachSharding) {
   EXPECT_DOUBLE_EQ(at(e, 0).fsdp_buffers, 2 * 2 * 64000.0);
   // Optimizer offload removes the optimizer term and nothing else.
   p.offload.optimizer = true;
-  const MemoryEstimate off = estimate_memory(m, p, cal);
+  const MemoryEstimate off = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(off, 0).optimizer, 0);
   EXPECT_DOUBLE_EQ(at(off, 0).params, at(e, 0).params);
 }
@@ -86,19 +87,19 @@ TEST(MemoryTerms, ActivationsAndLogitsByHand) {
   EXPECT_DOUBLE_EQ(a0.full, 198656);
   EXPECT_DOUBLE_EQ(a1.full, 219136);
   EXPECT_DOUBLE_EQ(a1.moe_tokens, 32768 * 3 + 16384);
-  const MemoryEstimate e = estimate_memory(m, p, cal);
+  const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   // Peak is the loss: saved activations of both layers + fp32 logits 128 x 1000 x 4.
   EXPECT_EQ(e.peak_phase, Phase::Loss);
   EXPECT_DOUBLE_EQ(at(e, 0).activations, 198656 + 219136);
   EXPECT_DOUBLE_EQ(at(e, 0).logits, 128 * 1000 * 4.0);
   // Linear CE: a 100-column bf16 tile, four fp32 per-token statistics and the fp32 d_hidden.
   p.linear_ce = true;
-  const MemoryEstimate l = estimate_memory(m, p, cal);
+  const MemoryEstimate l = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(l, 0).logits, 128 * 100 * 2.0 + 128 * 4 * 4.0 + 128 * 64 * 4.0);
   Calibration big_tile = cal;
   big_tile.linear_ce_vocab_tile = 2000;  // larger than the vocabulary: the tile is the whole (local) vocabulary
-  const MemoryEstimate lt = estimate_memory(m, p, big_tile);
-  EXPECT_LE(lt.peak_bytes, estimate_memory(m, toy_plan(), big_tile).peak_bytes);
+  const MemoryEstimate lt = estimate_memory(m, p, toy_hardware(), big_tile);
+  EXPECT_LE(lt.peak_bytes, estimate_memory(m, toy_plan(), toy_hardware(), big_tile).peak_bytes);
 }
 
 TEST(MemoryTerms, SelectiveAndFullRecompute) {
@@ -111,13 +112,13 @@ TEST(MemoryTerms, SelectiveAndFullRecompute) {
   p.recompute = Recompute::Full;
   Calibration cal = bare_calibration();
   p.linear_ce = true;
-  const MemoryEstimate e = estimate_memory(m, p, cal);
+  const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   // Full: only the two layer inputs stay; backward rematerializes the larger layer (219,136 - its input).
   EXPECT_EQ(e.peak_phase, Phase::Backward);
   EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * 16384 + (219136 - 16384));
   // recompute_layers = 1 (block method): layer 0 recomputed, layer 1 keeps everything.
   p.recompute_layers = 1;
-  const MemoryEstimate b = estimate_memory(m, p, cal);
+  const MemoryEstimate b = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(b, 0).activations, 16384 + 219136 + (198656 - 16384));
 }
 
@@ -127,21 +128,21 @@ TEST(MemoryTerms, MoeBuffersScaleWithChunksAndImbalance) {
   p.linear_ce = true;
   Calibration cal = bare_calibration();
   cal.moe_buffer_copies = 4;
-  MemoryEstimate e = estimate_memory(m, p, cal);
+  MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).moe_buffers, 4 * 2 * 256 * 64.0);
   p.moe.routing_imbalance = 1.5;
-  e = estimate_memory(m, p, cal);
+  e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).moe_buffers, 1.5 * 4 * 2 * 256 * 64.0);
   p.moe.capacity_factor = 1.25;  // token dropping caps the busiest rank at the capacity
-  e = estimate_memory(m, p, cal);
+  e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).moe_buffers, 1.25 * 4 * 2 * 256 * 64.0);
   p.moe = {};
   p.moe.ep_chunks = 2;
   cal.moe_chunk_overlap = 0;
-  e = estimate_memory(m, p, cal);
+  e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).moe_buffers, 0.5 * 4 * 2 * 256 * 64.0);
   cal.moe_chunk_overlap = 0.5;
-  e = estimate_memory(m, p, cal);
+  e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).moe_buffers, 0.75 * 4 * 2 * 256 * 64.0);
 }
 
@@ -153,7 +154,7 @@ TEST(MemoryTerms, PipelineStagesAndInflightMicrobatches) {
   p.optimizer_sharding = OptimizerSharding::None;
   ASSERT_FALSE(check_plan(m, p));
   const Calibration cal = bare_calibration();
-  const MemoryEstimate e = estimate_memory(m, p, cal);
+  const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   ASSERT_EQ(e.stages.size(), 2u);
   // Stage 0: layer 0 + embedding; stage 1: layer 1 + LM head + final norm.
   EXPECT_DOUBLE_EQ(at(e, 0).params, 2 * (36992 + 64000.0));
@@ -167,7 +168,7 @@ TEST(MemoryTerms, PipelineStagesAndInflightMicrobatches) {
   EXPECT_DOUBLE_EQ(at(e, 0).logits, 0);
   // With a single microbatch per step nothing more than one can be in flight.
   p.global_batch = 2;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, p, cal).stages[0].inflight_microbatches, 1);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, p, toy_hardware(), cal).stages[0].inflight_microbatches, 1);
 }
 
 TEST(MemoryTerms, TensorAndContextParallelShrinkPerRankActivations) {
@@ -190,7 +191,7 @@ TEST(MemoryTerms, WorkspaceContextAndFragmentation) {
   cal.nccl_bytes_per_group = 100;
   cal.cuda_context_bytes = 7;
   cal.fragmentation = 0.5;
-  const MemoryEstimate e = estimate_memory(m, p, cal);
+  const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   // Groups with more than one rank: dp*cp (2) and expert-dp (2).
   EXPECT_DOUBLE_EQ(at(e, 0).workspace, 1000 + 2 * 100);
   EXPECT_DOUBLE_EQ(at(e, 0).cuda_context, 7);

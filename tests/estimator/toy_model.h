@@ -2,6 +2,7 @@
 #pragma once
 
 #include "estimator/calibration.h"
+#include "estimator/hardware.h"
 #include "models/model_spec.h"
 
 namespace lcplan::testing {
@@ -22,6 +23,14 @@ inline ModelSpec toy_model() {
   m.moe.expert_ffn = 32;
   m.layers = {{MixerKind::FullAttention, FfnKind::Dense, false}, {MixerKind::FullAttention, FfnKind::MoE, false}};
   return m;
+}
+
+// A node of 8 GPUs; the memory model reads nothing else of the hardware.
+inline Hardware toy_hardware() {
+  Hardware h;
+  h.name = "toy";
+  h.gpus_per_node = 8;
+  return h;
 }
 
 // Every coefficient zero except the element sizes, so each test turns on only the terms it counts.

@@ -201,11 +201,11 @@ Verdict sharding_order(const Ctx& c, const Plan& p) {
   const Calibration& cal = cal_of(c, p);
   Plan q = p;
   q.optimizer_sharding = OptimizerSharding::Fsdp;
-  const MemoryEstimate fsdp = estimate_memory(c.m, q, cal);
+  const MemoryEstimate fsdp = estimate_memory(c.m, q, c.hw, cal);
   q.optimizer_sharding = OptimizerSharding::DistOpt;
-  const MemoryEstimate dist = estimate_memory(c.m, q, cal);
+  const MemoryEstimate dist = estimate_memory(c.m, q, c.hw, cal);
   q.optimizer_sharding = OptimizerSharding::None;
-  const MemoryEstimate none = estimate_memory(c.m, q, cal);
+  const MemoryEstimate none = estimate_memory(c.m, q, c.hw, cal);
   for (size_t i = 0; i < fsdp.stages.size(); ++i) {
     const double f = static_bytes(fsdp.stages[i]), d = static_bytes(dist.stages[i]), n = static_bytes(none.stages[i]);
     if (!le(f, d) || !le(d, n))
@@ -222,9 +222,9 @@ Verdict linear_ce_never_raises_peak(const Ctx& c, const Plan& p) {
   const Calibration& cal = cal_of(c, p);
   Plan q = p;
   q.linear_ce = false;
-  const double off = estimate_memory(c.m, q, cal).peak_bytes;
+  const double off = estimate_memory(c.m, q, c.hw, cal).peak_bytes;
   q.linear_ce = true;
-  const double on = estimate_memory(c.m, q, cal).peak_bytes;
+  const double on = estimate_memory(c.m, q, c.hw, cal).peak_bytes;
   if (!le(on, off)) return broken("peak with linear CE " + gib(on) + " > without " + gib(off));
   return held();
 }
@@ -238,7 +238,7 @@ MemoryEstimate backward_phase_view(const Ctx& c, Plan p) {
   Calibration cal = cal_of(c, p);
   cal.logits_bytes_per_element = 0;
   p.linear_ce = false;
-  return estimate_memory(c.m, p, cal);
+  return estimate_memory(c.m, p, c.hw, cal);
 }
 
 // Backward-phase activations of plan b never above those of plan a, stage by stage (views from backward_phase_view).
@@ -279,7 +279,7 @@ Verdict recompute_never_raises_activations(const Ctx& c, const Plan& p) {
   const MemoryEstimate vn = backward_phase_view(c, none), vs = backward_phase_view(c, sel), va = backward_phase_view(c, all);
   // Selective only drops saved tensors: nothing else changes, so its real peak cannot rise either.
   if (auto v = activations_not_above(vn, vs, "none", "selective"); v.failure || !v.compared) return v;
-  if (auto v = peak_not_above(estimate_memory(c.m, none, cal), estimate_memory(c.m, sel, cal), "none", "selective"); v.failure)
+  if (auto v = peak_not_above(estimate_memory(c.m, none, c.hw, cal), estimate_memory(c.m, sel, c.hw, cal), "none", "selective"); v.failure)
     return v;
   if (auto v = activations_not_above(vs, va, "selective", "full(all layers)"); v.failure) return v;
   // Full recompute of the first k layers of each virtual stage (Megatron "block"): more layers, less memory.
@@ -307,7 +307,7 @@ Verdict ep_never_raises_expert_params(const Ctx& c, const Plan& p) {
   q.parallel.ep *= 2;
   if (!valid(c, q)) return outside_domain();
   for (int s = 0; s < p.parallel.pp; ++s) {
-    const double a = stage_params(c.m, p, s).expert, b = stage_params(c.m, q, s).expert;
+    const double a = derive_plan(c.m, p, c.hw).stages[s].params.expert, b = derive_plan(c.m, q, c.hw).stages[s].params.expert;
     if (!le(b, a))
       return broken("stage " + std::to_string(s) + " expert parameters at ep " + std::to_string(q.parallel.ep) + " " +
                     std::to_string(b) + " > at ep " + std::to_string(p.parallel.ep) + " " + std::to_string(a));
@@ -341,7 +341,7 @@ Verdict micro_batch_never_lowers_activations(const Ctx& c, const Plan& p) {
   if (auto v = activations_not_above(backward_phase_view(c, q), backward_phase_view(c, p), big, small); v.failure || !v.compared)
     return v;
   // Every term grows with the tokens of a microbatch, so the peak must not drop either.
-  return peak_not_above(estimate_memory(c.m, q, cal), estimate_memory(c.m, p, cal), big, small);
+  return peak_not_above(estimate_memory(c.m, q, c.hw, cal), estimate_memory(c.m, p, c.hw, cal), big, small);
 }
 
 Verdict flops_per_token_layout_free(const Ctx& c, const Plan& p) {

@@ -28,7 +28,8 @@ TEST(Validation, ChunkedEpProxySpeedupsWithin4PointsAndGrowing) {
     const MeasuredCase& b = all[i + 1];
     if (a.meas.scope != MeasurementScope::MoeLayer || a.meas.plan.moe.ep_chunks != 1 || b.meas.plan.moe.ep_chunks != 2) continue;
     const double m1 = *a.meas.step_seconds, m2 = *b.meas.step_seconds;
-    const MoeLayerTime t1 = moe_layer_time(a.model, a.meas.plan, a.hw, cal), t2 = moe_layer_time(b.model, b.meas.plan, b.hw, cal);
+    const MoeLayerTime t1 = moe_layer_time(derive_plan(a.model, a.meas.plan, a.hw), a.hw, cal),
+                     t2 = moe_layer_time(derive_plan(b.model, b.meas.plan, b.hw), b.hw, cal);
     const double p1 = t1.forward + t1.backward, p2 = t2.forward + t2.backward;
     const double mg = 1 - m2 / m1, pg = 1 - p2 / p1;  // the article's speedup: time saved / no-chunk time
     std::printf("%-8lld %12.3f %12.3f %9.2f%% %12.3f %12.3f %9.2f%%\n", (long long)a.meas.plan.seq_len, 1e3 * m1, 1e3 * m2,

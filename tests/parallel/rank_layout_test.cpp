@@ -66,7 +66,7 @@ TEST(RankLayout, NodeSpanIsTheWidestGroup) {
                 continue;
               }
               ++layouts;
-              for (int gpn : {2, 4, 8})
+              for (int gpn : {2, 3, 4, 6, 8})
                 for (Group g : kinds) {
                   int widest = 0;
                   for (const auto& members : all_groups(l, g)) {

@@ -1,0 +1,257 @@
+#include "estimator/derived_plan.h"
+
+#include <algorithm>
+
+namespace lcplan {
+
+double local_tokens(const Plan& p) { return double(p.seq_len) * p.micro_batch / p.parallel.cp; }
+
+double hidden_tokens(const Plan& p) {
+  const double s = local_tokens(p);
+  return p.sequence_parallel && p.parallel.tp > 1 ? s / p.parallel.tp : s;
+}
+
+double routed_load_factor(const Plan& p) {
+  return p.moe.capacity_factor > 0 ? p.moe.capacity_factor : p.moe.routing_imbalance;
+}
+
+namespace {
+
+constexpr double kBf16 = 2;  // bytes of a bf16 element
+constexpr double kFp32 = 4;  // bytes of an fp32 element
+
+// Saved-tensor accounting in bf16, one tensor at a time (after Korthikanti et al. 2022, arXiv 2205.05198,
+// section 4, with flash attention so no s^2 term). `sel` marks tensors that selective recompute drops
+// (Megatron --recompute-modules core_attn, layernorm, moe_act / mlp act).
+struct Acc {
+  double kept = 0, dropped = 0, moe = 0;
+  void add(double bytes, bool sel = false) { (sel ? dropped : kept) += bytes; }
+};
+
+struct TokenShape {
+  double local;   // tokens of this rank's CP shard (GEMM M after the SP all-gather)
+  double hidden;  // tokens of hidden-sized tensors on this rank
+  double tp;
+};
+
+void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc& a) {
+  const double h = m.hidden;
+  a.add(kBf16 * s.hidden * h, true);  // pre-mixer norm output (projection input, re-gathered under SP)
+  switch (l.mixer) {
+    case MixerKind::FullAttention: {
+      const AttentionSpec& at = m.attn;
+      const double q = at.heads / s.tp * at.head_dim, kv = at.kv_heads / s.tp * at.head_dim;
+      a.add(kBf16 * s.local * (q + 2 * kv));            // q, k, v (flash attention inputs)
+      a.add(kBf16 * s.local * q);                       // attention output (o_proj input when ungated)
+      a.add(kFp32 * s.local * at.heads / s.tp, true);   // softmax log-sum-exp
+      if (at.output_gate) a.add(2 * kBf16 * s.local * q);  // gate and gated output (o_proj input)
+      break;
+    }
+    case MixerKind::LinearAttention: {
+      const LinearAttentionSpec& g = m.linear;
+      const double k = g.key_heads / s.tp * g.key_head_dim, v = g.value_heads / s.tp * g.value_head_dim;
+      const double vh = g.value_heads / s.tp;
+      a.add(kBf16 * s.local * (2 * k + 2 * v + 2 * vh));  // in_proj outputs q, k, v, z, b, a
+      a.add(kBf16 * s.local * (2 * k + v));               // conv1d + SiLU outputs (delta-rule inputs)
+      a.add(kFp32 * s.local * 2 * vh);                    // decay g and beta in fp32
+      a.add(2 * kBf16 * s.local * v);                     // delta-rule output and gated-norm output (out_proj input)
+      break;
+    }
+    case MixerKind::MLA: {
+      const MlaSpec& ml = m.mla;
+      const double heads = ml.heads / s.tp, qk = double(ml.qk_nope_head_dim) + ml.qk_rope_head_dim;
+      if (ml.q_lora_rank > 0) a.add(2 * kBf16 * s.local * ml.q_lora_rank);       // q_a output and its norm
+      a.add(kBf16 * s.local * (2.0 * ml.kv_lora_rank + ml.qk_rope_head_dim));    // kv_a output and its norm
+      a.add(kBf16 * s.local * heads * (2 * qk + ml.v_head_dim));                  // q, k, v after up-projection
+      a.add(kBf16 * s.local * heads * ml.v_head_dim);                             // attention output (o_proj input)
+      a.add(kFp32 * s.local * heads, true);                                       // log-sum-exp
+      break;
+    }
+  }
+}
+
+// Gated MLP on `tokens` tokens with `ffn` columns on this rank: fc1 output (gate+up) and activation output.
+void mlp_acts(const ModelSpec& m, double tokens, double ffn, Acc& a, bool moe_part) {
+  const double up = m.gated_mlp ? 2 : 1;
+  const double fc1 = kBf16 * tokens * up * ffn, act = kBf16 * tokens * ffn;
+  a.add(fc1);
+  a.add(act, true);
+  if (moe_part) a.moe += fc1 + act;
+}
+
+void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
+  const double h = m.hidden;
+  a.add(kBf16 * s.hidden * h, true);  // pre-FFN norm output
+  if (l.ffn == FfnKind::Dense) {
+    mlp_acts(m, s.local, m.dense_ffn / s.tp, a, false);
+    return;
+  }
+  const MoeSpec& e = m.moe;
+  a.add(2 * kFp32 * s.hidden * e.num_experts);  // router logits and probabilities (fp32)
+  a.add(kBf16 * routed * h);                    // dispatched tokens (fc1 input)
+  a.add(kBf16 * routed * h);                    // expert output before combine (needed for the routing-weight gradient)
+  a.moe += 2 * kBf16 * routed * h;
+  mlp_acts(m, routed, double(e.expert_ffn) / p.parallel.etp, a, true);
+  if (e.shared_experts > 0) mlp_acts(m, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false);
+}
+
+double routed_token_copies(const ModelSpec& m, const Plan& p) {
+  return hidden_tokens(p) * p.parallel.etp * m.moe.top_k * routed_load_factor(p);
+}
+
+// Microbatches whose activations virtual chunk j of stage r holds at the stage's peak (1F1B).
+// No VPP: pp - r (Korthikanti et al. 2022 section 4.2.3). VPP: Megatron-Bridge's memory estimator
+// (https://github.com/ISEEKYAN/mbridge, memory_estimator/estimate_013.py).
+double inflight(int r, int j, int pp, int vpp, int microbatches) {
+  double n;
+  if (vpp == 1) n = pp - r;
+  else if (j == 0) n = pp + std::max(2 * (pp - r) - 1 - pp, 0);
+  else if (j == vpp - 1) n = std::min(2 * (pp - r) + 1, pp);
+  else n = pp;
+  return std::min<double>(n, std::max(microbatches, 1));
+}
+
+UnitParams unit_params(const LayerParams& lp, const Parallel& q) {
+  return {(lp.mixer + lp.dense_mlp + lp.shared_experts) / q.tp + lp.mixer_replicated + lp.router + lp.norms,
+          lp.routed_experts / (double(q.ep) * q.etp)};
+}
+
+void add_unit(StageRecord& st, const UnitParams& u) {
+  st.params.dense += u.dense;
+  st.params.expert += u.expert;
+  st.max_unit = std::max(st.max_unit, u.dense + u.expert);
+}
+
+void record_activations(StageRecord& st, const LayerKind& kind, const LayerRecord& r) {
+  if (!r.mtp) add_unit(st, kind.params);  // an MTP module's parameters are added as a whole unit
+  st.saved_activations += r.inflight * (r.recomputed ? kind.when_recomputed : kind.when_kept).saved;
+  st.kinds_present |= uint64_t(1) << (2 * r.kind + (r.recomputed ? 1 : 0));
+}
+
+GroupFacts group_facts(const RankLayout& l, Group g, int gpus_per_node) {
+  GroupFacts f;
+  f.size = group_size(l, g);
+  f.nodes = group_nodes(l, g, gpus_per_node);
+  f.tier = f.nodes == 1 ? LinkTier::NVLink : LinkTier::Network;
+  return f;
+}
+
+}  // namespace
+
+LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
+  const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp)};
+  Acc a;
+  a.add(kBf16 * s.hidden * m.hidden);  // layer input: the residual stream (the only tensor full recompute keeps)
+  const double input = a.kept;
+  mixer_acts(m, layer, s, a);
+  ffn_acts(m, p, layer, s, routed_token_copies(m, p), a);
+  LayerActivation out;
+  out.full = a.kept + a.dropped;
+  out.moe_tokens = a.moe;
+  if (recomputed) out.saved = input;
+  else if (p.recompute == Recompute::Selective) out.saved = a.kept;
+  else out.saved = out.full;
+  return out;
+}
+
+DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
+  const Parallel& q = p.parallel;
+  DerivedPlan d;
+  d.model = &m;
+  d.plan = &p;
+  d.dp = data_parallel(p);
+  d.edp = int(int64_t(q.tp) * q.cp * d.dp / (int64_t(q.ep) * q.etp));
+  d.global_batch = effective_global_batch(p);
+  d.microbatches = std::max(1, num_microbatches(p));
+  d.seq = double(p.seq_len);
+  d.local_tokens = local_tokens(p);
+  d.hidden_tokens = hidden_tokens(p);
+  d.sequence_share = double(p.micro_batch) / q.cp;
+  d.sequence_parallel = p.sequence_parallel && q.tp > 1;
+  d.has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
+  d.moe_chunks = d.has_moe ? std::max(1, p.moe.ep_chunks) : 1;
+  if (d.has_moe) {
+    d.routed_tokens = routed_token_copies(m, p);
+    d.tokens_per_local_expert = d.routed_tokens * q.ep / std::max(1, m.moe.num_experts);
+  }
+
+  d.gpus_per_node = p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node;
+  d.layout = make_rank_layout(p.gpus, q.tp, q.pp, q.cp, q.ep, q.etp);
+  d.tp = group_facts(d.layout, Group::TP, d.gpus_per_node);
+  d.cp = group_facts(d.layout, Group::CP, d.gpus_per_node);
+  d.ep = group_facts(d.layout, Group::EP, d.gpus_per_node);
+  d.pp = group_facts(d.layout, Group::PP, d.gpus_per_node);
+  d.dp_cp = group_facts(d.layout, Group::DP_CP, d.gpus_per_node);
+  d.edp_group = group_facts(d.layout, Group::EDP, d.gpus_per_node);
+  d.communicators =
+      (q.tp > 1) + (q.cp > 1) + (d.dp * q.cp > 1) + (q.pp > 1) + (q.ep > 1) + (q.etp > 1) + (d.edp > 1);
+
+  SplitResult split = split_layers(int(m.layers.size()), q.pp, q.vpp, p.pipeline);
+  if (!split.ok) throw std::logic_error("derive_plan on an invalid plan: " + split.error);
+  d.split = std::move(split.split);
+
+  const bool full = p.recompute == Recompute::Full;
+  auto kind_of = [&](const LayerSpec& l) {
+    for (size_t k = 0; k < d.kinds.size(); ++k)
+      if (d.kinds[k].spec.mixer == l.mixer && d.kinds[k].spec.ffn == l.ffn && d.kinds[k].spec.sliding == l.sliding)
+        return int(k);
+    LayerKind k;
+    k.spec = l;
+    k.flops = layer_forward_flops(m, l, d.seq);
+    k.params = unit_params(layer_params(m, l), q);
+    k.when_recomputed = layer_activation(m, p, l, true);
+    k.when_kept = layer_activation(m, p, l, false);
+    d.kinds.push_back(k);
+    return int(d.kinds.size() - 1);
+  };
+
+  d.model_flops_per_step = model_flops_per_step(m, p);
+  d.stages.assign(q.pp, StageRecord{});
+  d.layers.reserve(m.layers.size() + m.mtp_layers);
+  for (int c = 0, i = 0; c < d.split.chunks(); ++c)  // virtual stage c runs on stage c % pp as chunk c / pp
+    for (int pos = 0; pos < d.split.layers_in(c); ++pos, ++i) {
+      LayerRecord r;
+      r.kind = kind_of(m.layers[i]);
+      r.stage = c % q.pp;
+      r.vchunk = c / q.pp;
+      r.recomputed = full && (p.recompute_layers == 0 || pos < p.recompute_layers);  // Megatron block method
+      r.inflight = inflight(r.stage, r.vchunk, q.pp, q.vpp, d.microbatches);
+      d.layers.push_back(r);
+      StageRecord& st = d.stages[r.stage];
+      record_activations(st, d.kinds[r.kind], r);
+      st.layers++;
+      st.inflight_sum += r.inflight;
+      st.has_moe = st.has_moe || m.layers[i].ffn == FfnKind::MoE;
+    }
+
+  // Embedding on the first stage; LM head, final norm and MTP modules on the last (Megatron's placement).
+  const double table = double(m.vocab) * m.hidden / q.tp;  // vocab-parallel embedding / LM head
+  add_unit(d.stages.front(), {table, 0});
+  StageRecord& last = d.stages.back();
+  // Untied models have an LM head; tied ones keep a copy of the embedding on the last stage when pp > 1 (Megatron).
+  if (!m.tied_embeddings || q.pp > 1) add_unit(last, {table, 0});
+  last.params.dense += m.hidden;  // final norm
+  if (m.mtp_layers > 0 && !m.layers.empty()) {
+    // Each MTP module: a decoder layer shaped like the last (never sliding), run on the last stage for the one
+    // microbatch in flight there (DeepSeek-V3 report, arXiv 2412.19437, section 2.2).
+    LayerSpec spec = m.layers.back();
+    spec.sliding = false;
+    const UnitParams module = unit_params(mtp_module_params(m), q);
+    for (int i = 0; i < m.mtp_layers; ++i) {
+      LayerRecord r;
+      r.kind = kind_of(spec);
+      r.stage = q.pp - 1;
+      r.vchunk = q.vpp - 1;
+      r.recomputed = full;
+      r.inflight = 1;
+      r.mtp = true;
+      d.layers.push_back(r);
+      record_activations(last, d.kinds[r.kind], r);
+      add_unit(last, module);
+    }
+    last.has_moe = last.has_moe || spec.ffn == FfnKind::MoE;
+  }
+  return d;
+}
+
+}  // namespace lcplan

@@ -1,0 +1,119 @@
+// The derived record of a plan: every fact the memory model, the time model, the rules, the search and the emitters
+// read, computed once (after Calculon's one list of layer records that memory and time both sum over).
+//
+// Glossary (README "Words"): local tokens = tokens of one microbatch on one rank's CP shard (seq * micro_batch /
+// cp); hidden tokens = local tokens of hidden-sized tensors (local / tp under sequence parallelism); routed token
+// copies = (token, expert) pairs the busiest rank's experts process; in-flight microbatches = microbatches whose
+// saved activations a stage holds at its peak.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "estimator/flops.h"
+#include "estimator/hardware.h"
+#include "estimator/plan.h"
+#include "models/model_spec.h"
+#include "models/params.h"
+#include "parallel/pipeline_split.h"
+#include "parallel/rank_layout.h"
+
+namespace lcplan {
+
+// Sizes that need only the plan (the rules call these before a plan is known to be valid).
+double local_tokens(const Plan& p);   // seq_len * micro_batch / cp
+double hidden_tokens(const Plan& p);  // local_tokens / tp under sequence parallelism (tp > 1), else local_tokens
+// Busiest rank's routed tokens over the mean: token dropping pads every expert to its capacity (Megatron
+// --moe-pad-expert-input-to-capacity, which `--emit megatron` sets), so capacity_factor; dropless routing carries
+// the imbalance.
+double routed_load_factor(const Plan& p);
+
+// Parameters of one layer (or FSDP unit) on this GPU, before optimizer/FSDP sharding.
+struct UnitParams {
+  double dense = 0;   // TP-sharded weights / tp plus replicated vectors (norms, router)
+  double expert = 0;  // routed experts / (ep * etp)
+};
+
+// Saved activation bytes of one layer for one microbatch on this GPU.
+struct LayerActivation {
+  double saved = 0;       // kept until the layer's backward under the plan's recompute mode
+  double full = 0;        // everything the layer's backward needs (what recompute rebuilds)
+  double moe_tokens = 0;  // the part of `full` that scales with routed tokens (chunked under chunked EP)
+};
+
+// One distinct layer shape (mixer, FFN, sliding window): every layer of a kind weighs and costs the same.
+struct LayerKind {
+  LayerSpec spec;
+  LayerFlops flops;             // forward model FLOPs of one sequence (routed experts: top_k copies per token)
+  UnitParams params;
+  LayerActivation when_recomputed;  // under full recompute: only the layer input is saved
+  LayerActivation when_kept;        // under the plan's recompute mode otherwise (none or selective)
+};
+
+// One decoder layer (or MTP module body) of the plan: where it runs and how it is recomputed.
+struct LayerRecord {
+  int kind = 0;         // index into DerivedPlan::kinds
+  int stage = 0;        // pipeline stage
+  int vchunk = 0;       // virtual chunk on that stage
+  bool recomputed = false;  // full recompute of this layer (Megatron block method: the first N of each chunk)
+  double inflight = 1;  // microbatches whose activations of this layer the stage holds at its peak
+  bool mtp = false;     // an MTP module's decoder layer (last stage, one microbatch in flight)
+};
+
+struct StageRecord {
+  int layers = 0;              // decoder layers (all virtual chunks)
+  double saved_activations = 0;  // sum over the stage's layer records of inflight x saved activation bytes
+  uint64_t kinds_present = 0;  // bit 2*kind + recomputed for every (kind, recomputed) pair among its records
+  UnitParams params;           // every unit on this stage: layers, embedding, LM head, final norm, MTP modules
+  double max_unit = 0;         // largest FSDP unit on this stage (dense + expert), unsharded
+  double inflight_sum = 0;     // sum of in-flight microbatches over the stage's decoder layers
+  bool has_moe = false;
+};
+
+// A process group of the plan: members, nodes spanned by the widest group of its kind, link tier.
+struct GroupFacts {
+  int size = 1;
+  int nodes = 1;
+  LinkTier tier = LinkTier::NVLink;
+};
+
+struct DerivedPlan {
+  const ModelSpec* model = nullptr;
+  const Plan* plan = nullptr;
+
+  // Batch and tokens.
+  int dp = 1;                   // gpus / (tp*pp*cp)
+  int edp = 1;                  // expert data parallel: tp*cp*dp / (ep*etp)
+  int global_batch = 0;         // sequences per step
+  int microbatches = 1;         // per DP rank per step
+  double seq = 0;               // tokens per sequence
+  double local_tokens = 0;      // see local_tokens()
+  double hidden_tokens = 0;     // see hidden_tokens()
+  double sequence_share = 0;    // this rank's share of one sequence's token work before TP: micro_batch / cp
+  bool sequence_parallel = false;
+  double routed_tokens = 0;     // routed token copies on the busiest rank (hidden tokens * etp * top_k * load)
+  double tokens_per_local_expert = 0;  // routed_tokens * ep / experts
+
+  // Layout.
+  RankLayout layout;
+  int gpus_per_node = 8;
+  GroupFacts tp, cp, ep, pp, dp_cp, edp_group;
+  int communicators = 0;        // NCCL communicators this rank belongs to
+
+  // Layers and stages.
+  PipelineSplit split;
+  std::vector<LayerKind> kinds;
+  std::vector<LayerRecord> layers;  // decoder layers in order, then MTP modules
+  std::vector<StageRecord> stages;
+  bool has_moe = false;
+  int moe_chunks = 1;           // ep_chunks (1 on dense models)
+  double model_flops_per_step = 0;  // Megatron-style model FLOPs of one step (estimator/flops.h)
+};
+
+// The plan must be valid (check_plan). `hw` supplies the node size when the plan gives none.
+DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw);
+
+// Saved activations of one layer of `layer`'s kind for one microbatch (exposed for tests).
+LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed);
+
+}  // namespace lcplan
