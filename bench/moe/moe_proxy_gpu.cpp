@@ -20,7 +20,7 @@
 #include "kernels/comm/comm.h"
 #include "kernels/comm/helpers.h"
 #include "kernels/common/cuda_check.h"
-#include "kernels/moe/moe_gpu.h"
+#include "kernels/moe/moe_cuda.h"
 #include "common/data_dir.h"
 #include "common/user_error.h"
 #include "models/zoo.h"

@@ -91,4 +91,31 @@ void gemm_tn_acc(const float* A, const float* D, float* G, int64_t rows, int k, 
   }
 }
 
+
+// C[rows x n] = A[rows x k] * B[k x n], in row blocks with a progress poll between them. cpu_gemm's fixed
+// summation order makes each row's result independent of the blocking and of the chunk it belongs to.
+void gemm_rows(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block) {
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    cpu::gemm_nn(A + r0 * k, B, C + r0 * n, std::min<int64_t>(block, rows - r0), k, n);
+    if (poll) poll();
+  }
+}
+
+// C[rows x n] = A[rows x k] * B[n x k]^T (dgrad through a weight stored k-major): B is transposed once.
+void gemm_rows_bt(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block) {
+  if (rows == 0) return;
+  std::vector<float> bt;
+  cpu::transpose(B, n, k, bt);
+  gemm_rows(A, bt.data(), C, rows, k, n, poll, block);
+}
+
+// G[k x n] += A[rows x k]^T * D[rows x n] (weight gradient), rows summed in ascending order; polls every block rows.
+void gemm_at(const float* A, const float* D, float* G, int64_t rows, int k, int n, const Poll& poll,
+             int block) {
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    cpu::gemm_tn_acc(A + r0 * k, D + r0 * n, G, std::min<int64_t>(block, rows - r0), k, n);
+    if (poll) poll();
+  }
+}
+
 }  // namespace lcplan::moe::cpu

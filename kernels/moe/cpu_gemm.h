@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace lcplan::moe::cpu {
@@ -18,5 +19,16 @@ void transpose(const float* B, int n, int k, std::vector<float>& Bt);
 // G[k x n] += A[rows x k]^T * D[rows x n], rows in ascending order: G[i][j] = (((G + a0*d0) + a1*d1) + ...).
 // Splitting the rows over several calls in order gives the same bits as one call.
 void gemm_tn_acc(const float* A, const float* D, float* G, int64_t rows, int k, int n);
+
+// Row-blocked wrappers for the CPU layer: a progress poll (non-blocking MPI) runs between row blocks, and the
+// fixed summation order makes each row's result independent of the blocking.
+using Poll = std::function<void()>;
+// C[rows x n] = A[rows x k] * B[k x n], `block` rows at a time.
+void gemm_rows(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block);
+// C[rows x n] = A[rows x k] * B[n x k]^T (dgrad through a weight stored k-major): B is transposed once.
+void gemm_rows_bt(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block);
+// G[k x n] += A[rows x k]^T * D[rows x n] (weight gradient), rows summed in ascending order.
+void gemm_at(const float* A, const float* D, float* G, int64_t rows, int k, int n, const Poll& poll = {},
+             int block = 1 << 30);
 
 }  // namespace lcplan::moe::cpu

@@ -1,10 +1,11 @@
-// One expert-parallel MoE layer on CPUs (fp32 fixed-order GEMMs, MPI all-to-all), run by the chunked schedule
+// One expert-parallel MoE layer on CPUs (fp32 fixed-order GEMMs, MPI all-to-all; moe_cpu.cpp), run by the chunked schedule
 // (chunk_schedule.h): router -> permute -> dispatch -> grouped SwiGLU experts -> combine -> unpermute, plus the
 // shared expert; backward with per-chunk dgrad and a delayed wgrad. Communication steps are non-blocking MPI
 // calls polled between GEMM row blocks, so chunk i's all-to-all runs while chunk j computes.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/comm/comm.h"
@@ -28,6 +29,9 @@ struct MoeConfig {
 };
 
 RouterParams router_params(const MoeConfig& c);
+
+// One sentence naming the first bad field of `c` for an EP group of `ep_size` ranks, or empty when valid.
+std::string moe_config_error(const MoeConfig& c, int ep_size);
 
 // Weights held by one EP rank: router and shared expert replicated, routed experts
 // [first_expert, first_expert + local_experts). Row-major matrices.
@@ -98,20 +102,5 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
 void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
                   MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads, const ExecOptions& o = {},
                   std::vector<StepTime>* times = nullptr);
-
-// Naive single-process reference, token by token (no permutation, no communication), in T = float or double.
-// `w` must hold every expert (ep_size 1). Used by the tests as an independent check.
-template <class T>
-void moe_reference_forward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens, T* out);
-
-// Its backward, token by token in T precision: dx[tokens x hidden] and the weight grads (shaped like MoeWeights'
-// tensors) for dout[tokens x hidden]. Only T = double is instantiated: it is the tests' exact gradient.
-template <class T>
-struct ReferenceGrads {
-  std::vector<T> dx, router, w1, w2, shared_w1, shared_w2, shared_gate;
-};
-template <class T>
-ReferenceGrads<T> moe_reference_backward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens,
-                                         const T* dout);
 
 }  // namespace lcplan::moe

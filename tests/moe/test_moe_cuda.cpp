@@ -1,159 +1,162 @@
-// CUDA MoE kernels against the CPU math (moe_math.h); skips cleanly where no GPU can be used.
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <cstdint>
-#include <vector>
+// The GPU MoE layer (NCCL + cuBLAS + moe_kernels_cuda kernels, two streams) against the CPU layer under mpirun: forward
+// outputs, input grads and weight grads, for 1-4 chunks, asymmetric chunks, starved experts, overlap on and off,
+// fp32 and bf16. Every rank skips together when any rank lacks a usable device (or this node has fewer devices
+// than ranks: NCCL cannot put two ranks on one GPU).
+#include <cuda_runtime.h>
+#include <mpi.h>
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe_cuda.h"
+#include "tests/comm/mpi_env.h"
+#include "tests/moe/layer_util.h"
 
-namespace lcplan::moe {
+LCPLAN_MPI_TEST_MAIN;
+
+namespace lcplan::moe::tests {
 namespace {
 
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  explicit Dev(const std::vector<T>& h) {
-    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, h.size()) * sizeof(T)));
-    CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  explicit Dev(size_t n) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, n) * sizeof(T))); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  ~Dev() { CUDA_LOG(cudaFree(p)); }
-  std::vector<T> get(size_t n) const {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
-
-TEST(MoeCuda, RoutePermuteSwigluGemmUnpermuteMatchCpu) {
-  if (!lcplan::gpu::device_available()) GTEST_SKIP() << "no usable CUDA device";
-  RouterParams p;
-  p.kind = Router::SigmoidGroupLimited;
-  p.experts = 8;
-  p.top_k = 2;
-  p.n_group = 4;
-  p.topk_group = 2;
-  const int T = 13, E = 8, K = 2, H = 16, F = 8;
-  std::vector<float> logits(T * E), bias(E, 0.f), x(T * H);
-  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.7f * i);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.3f * i);
-  bias[3] = -5.f;  // expert 3 receives nothing
-
-  std::vector<float> scores(T * E), w(T * K);
-  std::vector<int> idx(T * K);
-  for (int t = 0; t < T; ++t) route_token(p, &logits[t * E], bias.data(), &scores[t * E], &idx[t * K], &w[t * K]);
-  std::vector<int> offsets(E + 1), rows(T * K);
-  expert_major_rows(idx.data(), T * K, E, offsets.data(), rows.data());
-
-  Dev<float> dl(logits), db(bias), ds(T * E), dw(T * K), dx(x);
-  Dev<int> di(T * K), doff(E + 1), drows(T * K);
-  gpu::launch_route(dl.p, db.p, p, T, ds.p, di.p, dw.p, nullptr);
-  const size_t ws_bytes = gpu::expert_major_rows_workspace(T * K, E);
-  Dev<char> ws(ws_bytes);
-  gpu::launch_expert_major_rows(di.p, T * K, E, doff.p, drows.p, ws.p, ws_bytes, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  EXPECT_EQ(di.get(T * K), idx);
-  EXPECT_EQ(drows.get(T * K), rows);
-  const auto gw = dw.get(T * K);
-  for (int i = 0; i < T * K; ++i) EXPECT_NEAR(gw[i], w[i], 1e-6);
-
-  // Permute -> per-expert fc1 -> swiglu -> unpermute of the activations' first H columns (shape check of the chain).
-  Dev<float> dxp(size_t(T) * K * H), dh1(size_t(T) * K * 2 * F), dact(size_t(T) * K * F);
-  std::vector<float> w1(size_t(E) * H * 2 * F);
-  for (size_t i = 0; i < w1.size(); ++i) w1[i] = std::sin(0.11f * i) * 0.25f;
-  Dev<float> dw1(w1);
-  gpu::launch_permute<float>(dx.p, drows.p, T, K, H, dxp.p, nullptr);
-  cublasHandle_t h;
-  CUBLAS_CHECK(cublasCreate(&h));
-  std::vector<int64_t> off64(offsets.begin(), offsets.end());
-  gpu::grouped_gemm(h, false, dxp.p, dw1.p, dh1.p, off64.data(), E, H, 2 * F, CUDA_R_32F, CUDA_R_32F, nullptr);
-  gpu::launch_swiglu<float>(dh1.p, T * K, F, dact.p, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  CUBLAS_CHECK(cublasDestroy(h));
-  const auto act = dact.get(size_t(T) * K * F);
-  for (int s = 0; s < T * K; ++s) {
-    const int e = idx[s], r = rows[s], t = s / K;
-    for (int j = 0; j < F; ++j) {
-      float g = 0, u = 0;
-      for (int q = 0; q < H; ++q) {
-        g += x[t * H + q] * w1[(size_t(e) * H + q) * 2 * F + j];
-        u += x[t * H + q] * w1[(size_t(e) * H + q) * 2 * F + F + j];
-      }
-      EXPECT_NEAR(act[size_t(r) * F + j], swiglu(g, u), 1e-4);
-    }
-  }
-  // Unpermute the permuted inputs themselves: out[t] = sum_k w * x[t] = x[t] * sum_k w (= x[t] when normalised).
-  Dev<float> dout(size_t(T) * H);
-  gpu::launch_unpermute<float>(dxp.p, drows.p, dw.p, T, K, H, nullptr, nullptr, dout.p, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const auto out = dout.get(size_t(T) * H);
-  for (int i = 0; i < T * H; ++i) EXPECT_NEAR(out[i], x[i], 1e-5);
+// Empty when every rank can run; otherwise the reason, identical on every rank.
+std::string gpu_skip_reason() {
+  int ok = lcplan::gpu::device_available() ? 1 : 0;
+  int devices = 0;
+  if (ok) CUDA_CHECK(cudaGetDeviceCount(&devices));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  MPI_CHECK(MPI_Comm_size(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
+  int enough = ok && devices >= local ? 1 : 0;
+  int flags[2] = {ok, enough};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (!flags[0]) return "no usable CUDA device on some rank";
+  if (!flags[1]) return "fewer CUDA devices than ranks on a node (NCCL needs one GPU per rank)";
+  return "";
 }
 
-TEST(MoeCuda, ParallelPermutationIsTheStableSequentialOne) {
-  if (!lcplan::gpu::device_available()) GTEST_SKIP() << "no usable CUDA device";
-  // Many tiles, experts split across tiles, two experts that receive nothing, and the empty case.
-  for (int n : {0, 1, 127, 128, 129, 5003, 70000}) {
-    const int E = 16;
-    std::vector<int> expert(n);
-    for (int i = 0; i < n; ++i) {
-      const int e = int((uint32_t(i) * 2654435761u) >> 7) % E;
-      expert[i] = e == 5 || e == 11 ? (e + 1) % E : e;
-    }
-    std::vector<int> off(E + 1), rows(n);
-    expert_major_rows(expert.data(), n, E, off.data(), rows.data());
-    const size_t ws_bytes = gpu::expert_major_rows_workspace(n, E);
-    Dev<int> de(expert), doff(E + 1), drows(n);
-    Dev<char> ws(ws_bytes);
-    gpu::launch_expert_major_rows(de.p, n, E, doff.p, drows.p, ws.p, ws_bytes, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(doff.get(E + 1), off) << n;
-    EXPECT_EQ(drows.get(n), rows) << n;
-  }
+void pick_device() {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  MPI_CHECK(MPI_Comm_rank(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
+  CUDA_CHECK(cudaSetDevice(local % n));
 }
 
-TEST(MoeCuda, RowMajorGemmWrapperHandlesTransposesAndBf16) {
-  if (!lcplan::gpu::device_available()) GTEST_SKIP() << "no usable CUDA device";
-  // C[m x n] = op(A) op(B) for all four transpose combinations, fp32 (tight) and bf16 inputs (loose).
-  const int m = 5, n = 7, k = 3;
-  std::vector<float> A(m * k), B(k * n);
-  for (size_t i = 0; i < A.size(); ++i) A[i] = std::sin(0.9f * i);
-  for (size_t i = 0; i < B.size(); ++i) B[i] = std::cos(0.4f * i);
-  std::vector<float> want(m * n, 0.f);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j)
-      for (int q = 0; q < k; ++q) want[i * n + j] += A[i * k + q] * B[q * n + j];
-  cublasHandle_t h;
-  CUBLAS_CHECK(cublasCreate(&h));
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      std::vector<float> a = A, b = B;  // store the transposes when asked to
-      if (ta)
-        for (int i = 0; i < m; ++i)
-          for (int q = 0; q < k; ++q) a[q * m + i] = A[i * k + q];
-      if (tb)
-        for (int q = 0; q < k; ++q)
-          for (int j = 0; j < n; ++j) b[j * k + q] = B[q * n + j];
-      Dev<float> da(a), db(b), dc(size_t(m) * n);
-      gpu::gemm(h, ta, tb, m, n, k, da.p, db.p, dc.p, CUDA_R_32F, CUDA_R_32F, 1.f, 0.f, true, nullptr);
-      Dev<gpu::bf16> ha(size_t(m) * k), hb(size_t(k) * n);
-      gpu::launch_cast<gpu::bf16>(da.p, int64_t(m) * k, ha.p, nullptr);
-      gpu::launch_cast<gpu::bf16>(db.p, int64_t(k) * n, hb.p, nullptr);
-      Dev<float> dc16(size_t(m) * n);
-      gpu::gemm(h, ta, tb, m, n, k, ha.p, hb.p, dc16.p, CUDA_R_16BF, CUDA_R_32F, 1.f, 0.f, false, nullptr);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      const auto c = dc.get(size_t(m) * n), c16 = dc16.get(size_t(m) * n);
-      for (int i = 0; i < m * n; ++i) {
-        EXPECT_NEAR(c[i], want[i], 1e-5) << ta << tb << " " << i;
-        EXPECT_NEAR(c16[i], want[i], 3e-2) << ta << tb << " bf16 " << i;
+using helpers::DevF;
+
+MoeConfig config(Router kind) {
+  MoeConfig c;
+  c.hidden = 32;
+  c.experts = 8;
+  c.top_k = 3;
+  c.expert_ffn = 24;
+  c.shared_ffn = 16;
+  c.shared_gate = true;
+  c.router = kind;
+  if (kind == Router::SigmoidGroupLimited) {
+    c.n_group = 4;
+    c.topk_group = 2;
+    c.scale = 2.5f;
+  }
+  return c;
+}
+
+Pass gpu_pass(gpu::MoeLayerGpu& layer, const ChunkSchedule& s, const std::vector<float>& x, int tokens,
+              const std::vector<float>& dout) {
+  DevF d_x(x), d_dout(dout), d_out(x.size()), d_dx(x.size());
+  layer.forward(s, d_x.p, tokens, d_out.p);
+  layer.backward(s, d_dout.p, d_dx.p);
+  CUDA_CHECK(cudaStreamSynchronize(layer.stream()));
+  Pass p;
+  p.out = d_out.get();
+  p.dx = d_dx.get();
+  p.grads = layer.grads();
+  return p;
+}
+
+void expect_close(const Pass& gpu, const Pass& cpu, double tol, const std::string& what) {
+  EXPECT_LE(rel_err(gpu.out, cpu.out), tol) << what << " out";
+  EXPECT_LE(rel_err(gpu.dx, cpu.dx), tol) << what << " dx";
+  const auto a = tensors(gpu.grads), b = tensors(cpu.grads);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(rel_err(*a[i].second, *b[i].second), tol) << what << " " << a[i].first;
+}
+
+TEST(MoeGpu, RefusesAnMpiCommunicator) {
+  // Checked before any CUDA call, so this runs (and must pass) on machines without a GPU too.
+  World W;
+  const MoeConfig c = config(Router::SoftmaxTopK);
+  const MoeWeights w = make_weights(c, W.c.rank, W.c.size, 1);
+  const std::string m = invalid_argument_of([&] { gpu::MoeLayerGpu layer(W.c, c, w); });
+  EXPECT_NE(m.find("needs an NCCL communicator"), std::string::npos) << m;
+}
+
+TEST(MoeGpu, MatchesCpuLayerForwardAndBackward) {
+  const std::string skip = gpu_skip_reason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  pick_device();
+  World W;
+  const comm::Comm& mpi = W.c;
+  comm::Comm nccl = comm::world_nccl();
+  for (Router kind : {Router::SoftmaxTopK, Router::SigmoidGroupLimited}) {
+    const MoeConfig c = config(kind);
+    MoeWeights w = make_weights(c, mpi.rank, mpi.size, 7);
+    // Starve experts 2, 3 and 5 under the sigmoid router (and with them group {4,5}): some experts, and with
+    // EP = 4 whole ranks, receive no rows, so empty GEMMs and empty all-to-all pairs are exercised.
+    if (kind == Router::SigmoidGroupLimited) w.expert_bias[2] = w.expert_bias[3] = w.expert_bias[5] = -10.f;
+    const int T = 9 + 4 * mpi.rank;
+    const auto x = inputs(T, c.hidden, mpi.rank), dout = inputs(T, c.hidden, 100 + mpi.rank);
+    const Pass cpu = run_pass(mpi, c, w, make_chunk_schedule(1), x, T, dout, ExecOptions{false, 64});
+
+    for (bool bf16 : {false, true}) {
+      for (bool overlap : {true, false}) {
+        gpu::GpuOptions o;
+        o.bf16 = bf16;
+        o.overlap = overlap;
+        o.time_steps = overlap;  // exercise the timing path too
+        gpu::MoeLayerGpu layer(nccl, c, w, o);
+        // bf16 rounds tokens, weights and activations (8 bits of mantissa): a wrong row or route is O(1) off.
+        const double tol = bf16 ? 3e-2 : 1e-4;
+        for (int n = 1; n <= 4; ++n)
+          for (bool asym : {false, true}) {
+            std::vector<double> wts;
+            if (asym) wts.assign(n, 1.0), wts[0] = 3.0;
+            const ChunkSchedule s = make_chunk_schedule(n, wts);
+            const Pass g = gpu_pass(layer, s, x, T, dout);
+            expect_close(g, cpu, tol,
+                         "router " + std::to_string(int(kind)) + (bf16 ? " bf16" : " fp32") +
+                             (overlap ? " overlap" : " serial") + " chunks " + std::to_string(n) +
+                             (asym ? " asymmetric" : ""));
+            if (o.time_steps) {  // EXPECT, not ASSERT: a rank leaving early would hang the others in NCCL
+              const auto ft = layer.step_times(false);
+              EXPECT_EQ(ft.size(), s.forward.size());
+              for (const StepTime& st : ft) EXPECT_LE(st.start, st.end);
+            }
+          }
+        // What moved matches the counts: every slot dispatched once.
+        EXPECT_EQ(layer.traffic().rows_sent, int64_t(T) * c.top_k);
       }
     }
-  CUBLAS_CHECK(cublasDestroy(h));
+  }
+  comm::free_comm(nccl);
+}
+
+TEST(MoeGpu, BadInputFailsOnEveryRank) {
+  const std::string skip = gpu_skip_reason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  pick_device();
+  comm::Comm nccl = comm::world_nccl();
+  const MoeConfig c = config(Router::SoftmaxTopK);
+  const MoeWeights w = make_weights(c, nccl.rank, nccl.size, 1);
+  gpu::MoeLayerGpu layer(nccl, c, w, {});
+  // More chunks than tokens on rank 0 only: every rank must throw instead of waiting in NCCL.
+  const int T = nccl.rank == 0 ? 2 : 8;
+  DevF x(size_t(T) * c.hidden), out(size_t(T) * c.hidden);
+  const std::string m = invalid_argument_of([&] { layer.forward(make_chunk_schedule(3), x.p, T, out.p); });
+  EXPECT_NE(m.find("ep_chunks = 3 is more than the 2 local tokens on EP rank 0"), std::string::npos) << m;
+  comm::free_comm(nccl);
 }
 
 }  // namespace
-}  // namespace lcplan::moe
+}  // namespace lcplan::moe::tests

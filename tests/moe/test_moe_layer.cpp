@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include "tests/comm/mpi_env.h"
+#include "kernels/moe/moe_reference.h"
 #include "tests/moe/layer_util.h"
 
 LCPLAN_MPI_TEST_MAIN;
@@ -69,7 +70,7 @@ std::vector<int64_t> rows_per_local_expert(const comm::Comm& ep, const MoeConfig
 
 // Every chunk count 1..4, equal and asymmetric, against the serial no-chunk pass: each output row is computed by
 // the same fixed-order kernel whatever its chunk, and the delayed wgrad sums rows in the unchunked order, so every
-// tensor must match bit for bit (cpu_gemm.h, moe_layer.cpp ExpertWgrad).
+// tensor must match bit for bit (cpu_gemm.h, moe_cpu.cpp ExpertWgrad).
 void expect_chunking_bit_identical(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
                                    const std::vector<float>& x, int T, const std::vector<float>& dout,
                                    const std::string& name) {

@@ -1,60 +1,22 @@
-#include "kernels/moe/moe_layer.h"
-
+// The CPU MoE layer: fixed-order fp32 GEMMs (cpu_gemm.h) and non-blocking MPI all-to-all, run by the chunk schedule.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <functional>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/moe/cpu_gemm.h"
+#include "kernels/moe/moe_layer.h"
 
 namespace lcplan::moe {
 
+using cpu::gemm_at;
+using cpu::gemm_rows;
+using cpu::gemm_rows_bt;
+using cpu::Poll;
+
 namespace {
-
-// Counter-based generator: a weight's value depends only on (seed, tensor, index), never on call order.
-float hash_uniform(uint64_t seed, uint64_t tensor, uint64_t i) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + tensor * 0xD1B54A32D192ED03ull + i * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>((z >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;  // [-1, 1)
-}
-
-void fill(std::vector<float>& v, size_t n, uint64_t seed, uint64_t tensor, uint64_t first, float scale) {
-  v.resize(n);
-  for (size_t i = 0; i < n; ++i) v[i] = scale * hash_uniform(seed, tensor, first + i);
-}
-
-using Poll = std::function<void()>;
-
-// C[rows x n] = A[rows x k] * B[k x n], in row blocks with a progress poll between them. cpu_gemm's fixed
-// summation order makes each row's result independent of the blocking and of the chunk it belongs to.
-void gemm_rows(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block) {
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    cpu::gemm_nn(A + r0 * k, B, C + r0 * n, std::min<int64_t>(block, rows - r0), k, n);
-    if (poll) poll();
-  }
-}
-
-// C[rows x n] = A[rows x k] * B[n x k]^T (dgrad through a weight stored k-major): B is transposed once.
-void gemm_rows_bt(const float* A, const float* B, float* C, int64_t rows, int k, int n, const Poll& poll, int block) {
-  if (rows == 0) return;
-  std::vector<float> bt;
-  cpu::transpose(B, n, k, bt);
-  gemm_rows(A, bt.data(), C, rows, k, n, poll, block);
-}
-
-// G[k x n] += A[rows x k]^T * D[rows x n] (weight gradient), rows summed in ascending order; polls every block rows.
-void gemm_at(const float* A, const float* D, float* G, int64_t rows, int k, int n, const Poll& poll = {},
-             int block = 1 << 30) {
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    cpu::gemm_tn_acc(A + r0 * k, D + r0 * n, G, std::min<int64_t>(block, rows - r0), k, n);
-    if (poll) poll();
-  }
-}
 
 void swiglu_rows(const float* h1, float* act, int64_t rows, int F) {
   for (int64_t r = 0; r < rows; ++r)
@@ -168,73 +130,10 @@ std::string poll_error(const ExecOptions& o) {
 
 }  // namespace
 
-RouterParams router_params(const MoeConfig& c) {
-  RouterParams p;
-  p.kind = c.router;
-  p.experts = c.experts;
-  p.top_k = c.top_k;
-  p.n_group = c.n_group;
-  p.topk_group = c.topk_group;
-  p.normalize = c.normalize;
-  p.scale = c.scale;
-  return p;
-}
-
-namespace {
-std::string config_error(const MoeConfig& c, int ep_size) {
-  auto s = [](long v) { return std::to_string(v); };
-  if (c.hidden < 1 || c.experts < 1 || c.top_k < 1 || c.expert_ffn < 1)
-    return "MoE config needs positive hidden, experts, top_k and expert_ffn (got " + s(c.hidden) + ", " +
-           s(c.experts) + ", " + s(c.top_k) + ", " + s(c.expert_ffn) + ")";
-  if (c.experts % ep_size != 0)
-    return "experts = " + s(c.experts) + " is not divisible by EP = " + s(ep_size) +
-           "; choose an EP size that divides the expert count";
-  if (c.top_k > c.experts) return "top_k = " + s(c.top_k) + " exceeds experts = " + s(c.experts);
-  if (c.router == Router::SigmoidGroupLimited) {
-    if (c.n_group < 1 || c.n_group > kMaxGroups || c.experts % c.n_group != 0)
-      return "n_group = " + s(c.n_group) + " must divide experts = " + s(c.experts) + " and be at most 64";
-    if (c.topk_group < 1 || c.topk_group > c.n_group)
-      return "topk_group = " + s(c.topk_group) + " must be between 1 and n_group = " + s(c.n_group);
-    if (c.top_k > c.topk_group * (c.experts / c.n_group))
-      return "top_k = " + s(c.top_k) + " exceeds the " + s(c.topk_group * (c.experts / c.n_group)) +
-             " experts in the kept groups";
-  }
-  return "";
-}
-}  // namespace
-
-MoeWeights make_weights(const MoeConfig& c, int ep_rank, int ep_size, uint64_t seed) {
-  const std::string err = config_error(c, ep_size);
-  if (!err.empty()) throw std::invalid_argument(err);
-  const size_t H = c.hidden, E = c.experts, F = c.expert_ffn, S = c.shared_ffn;
-  MoeWeights w;
-  w.local_experts = c.experts / ep_size;
-  w.first_expert = ep_rank * w.local_experts;
-  const float sh = 1.0f / std::sqrt(float(H)), sf = 1.0f / std::sqrt(float(F));
-  fill(w.router, H * E, seed, 1, 0, sh);
-  fill(w.expert_bias, E, seed, 2, 0, c.router == Router::SigmoidGroupLimited ? 0.1f : 0.0f);
-  const size_t n1 = H * 2 * F, n2 = F * H;
-  fill(w.w1, w.local_experts * n1, seed, 3, w.first_expert * n1, sh);
-  fill(w.w2, w.local_experts * n2, seed, 4, w.first_expert * n2, sf);
-  if (S) {
-    fill(w.shared_w1, H * 2 * S, seed, 5, 0, sh);
-    fill(w.shared_w2, S * H, seed, 6, 0, 1.0f / std::sqrt(float(S)));
-    if (c.shared_gate) fill(w.shared_gate, H, seed, 7, 0, sh);
-  }
-  return w;
-}
-
-MoeWeights zeros_like(const MoeWeights& w) {
-  MoeWeights z = w;
-  for (auto* v : {&z.router, &z.expert_bias, &z.w1, &z.w2, &z.shared_w1, &z.shared_w2, &z.shared_gate})
-    std::fill(v->begin(), v->end(), 0.0f);
-  return z;
-}
-
 void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, int tokens,
                     const ChunkSchedule& s) {
   // Local checks first, then one collective verdict: a rank with bad input must not leave the others waiting.
-  std::string err = config_error(c, ep.size);
+  std::string err = moe_config_error(c, ep.size);
   if (err.empty() && w.local_experts * ep.size != c.experts)
     err = "the weights hold " + std::to_string(w.local_experts) + " experts per rank but experts / EP = " +
           std::to_string(c.experts) + " / " + std::to_string(ep.size);
@@ -543,146 +442,5 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
   };
   run.run();
 }
-
-// Reference y = swiglu(x W1) W2 for one row of H values in T precision; keeps h1 (2f) and a (f) for a backward.
-template <class T>
-void reference_ffn_row(const T* xr, const float* W1, const float* W2, int H, int f, std::vector<T>& h1,
-                       std::vector<T>& a, T* yr) {
-  h1.assign(2 * f, T(0));
-  a.assign(f, T(0));
-  for (int h = 0; h < H; ++h)
-    for (int j = 0; j < 2 * f; ++j) h1[j] += xr[h] * T(W1[size_t(h) * 2 * f + j]);
-  for (int j = 0; j < f; ++j) a[j] = swiglu(h1[j], h1[f + j]);
-  for (int h = 0; h < H; ++h) yr[h] = 0;
-  for (int j = 0; j < f; ++j)
-    for (int h = 0; h < H; ++h) yr[h] += a[j] * T(W2[size_t(j) * H + h]);
-}
-
-template <class T>
-void moe_reference_forward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens, T* out) {
-  if (w.local_experts != c.experts) throw std::invalid_argument("the reference needs every expert on one rank");
-  const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
-  const RouterParams rp = router_params(c);
-  std::vector<T> logits(E), scores(E), wk(K), bias(w.expert_bias.begin(), w.expert_bias.end()), h1, a, y(H);
-  std::vector<int> idx(K);
-  auto ffn = [&](const T* xr, const float* W1, const float* W2, int f, T* yr) {
-    reference_ffn_row(xr, W1, W2, H, f, h1, a, yr);
-  };
-  for (int t = 0; t < tokens; ++t) {
-    const T* xt = x + size_t(t) * H;
-    T* ot = out + size_t(t) * H;
-    for (int e = 0; e < E; ++e) {
-      logits[e] = 0;
-      for (int h = 0; h < H; ++h) logits[e] += xt[h] * T(w.router[size_t(h) * E + e]);
-    }
-    route_token(rp, logits.data(), c.router == Router::SigmoidGroupLimited ? bias.data() : nullptr, scores.data(),
-                idx.data(), wk.data());
-    for (int h = 0; h < H; ++h) ot[h] = 0;
-    for (int k = 0; k < K; ++k) {
-      ffn(xt, &w.w1[size_t(idx[k]) * H * 2 * F], &w.w2[size_t(idx[k]) * F * H], F, y.data());
-      for (int h = 0; h < H; ++h) ot[h] += wk[k] * y[h];
-    }
-    if (S) {
-      ffn(xt, w.shared_w1.data(), w.shared_w2.data(), S, y.data());
-      T gt = 1;
-      if (c.shared_gate) {
-        T z = 0;
-        for (int h = 0; h < H; ++h) z += xt[h] * T(w.shared_gate[h]);
-        gt = sigmoid_(z);
-      }
-      for (int h = 0; h < H; ++h) ot[h] += gt * y[h];
-    }
-  }
-}
-
-template void moe_reference_forward<float>(const MoeConfig&, const MoeWeights&, const float*, int, float*);
-template void moe_reference_forward<double>(const MoeConfig&, const MoeWeights&, const double*, int, double*);
-
-template <class T>
-ReferenceGrads<T> moe_reference_backward(const MoeConfig& c, const MoeWeights& w, const T* x, int tokens,
-                                         const T* dout) {
-  if (w.local_experts != c.experts) throw std::invalid_argument("the reference needs every expert on one rank");
-  const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
-  const RouterParams rp = router_params(c);
-  ReferenceGrads<T> g;
-  g.dx.assign(size_t(tokens) * H, T(0));
-  g.router.assign(w.router.size(), T(0));
-  g.w1.assign(w.w1.size(), T(0));
-  g.w2.assign(w.w2.size(), T(0));
-  g.shared_w1.assign(w.shared_w1.size(), T(0));
-  g.shared_w2.assign(w.shared_w2.size(), T(0));
-  g.shared_gate.assign(w.shared_gate.size(), T(0));
-  std::vector<T> logits(E), scores(E), wk(K), dwk(K), dlogits(E), bias(w.expert_bias.begin(), w.expert_bias.end());
-  std::vector<T> h1, a, y(H), dy(H), da, dh1;
-  std::vector<int> idx(K);
-  auto ffn = [&](const T* xr, const float* W1, const float* W2, int f, T* yr) {
-    reference_ffn_row(xr, W1, W2, H, f, h1, a, yr);
-  };
-  // Backward of the row just run through ffn: weight grads into gW1 / gW2, input grad added to dxr.
-  auto ffn_bwd = [&](const T* xr, const float* W1, const float* W2, int f, const T* dyr, T* gW1, T* gW2, T* dxr) {
-    da.assign(f, T(0));
-    dh1.assign(2 * f, T(0));
-    for (int j = 0; j < f; ++j)
-      for (int h = 0; h < H; ++h) {
-        gW2[size_t(j) * H + h] += a[j] * dyr[h];
-        da[j] += dyr[h] * T(W2[size_t(j) * H + h]);
-      }
-    for (int j = 0; j < f; ++j) swiglu_bwd(h1[j], h1[f + j], da[j], &dh1[j], &dh1[f + j]);
-    for (int h = 0; h < H; ++h)
-      for (int j = 0; j < 2 * f; ++j) {
-        gW1[size_t(h) * 2 * f + j] += xr[h] * dh1[j];
-        dxr[h] += dh1[j] * T(W1[size_t(h) * 2 * f + j]);
-      }
-  };
-  for (int t = 0; t < tokens; ++t) {
-    const T* xt = x + size_t(t) * H;
-    const T* dt = dout + size_t(t) * H;
-    T* dxt = g.dx.data() + size_t(t) * H;
-    for (int e = 0; e < E; ++e) {
-      logits[e] = 0;
-      for (int h = 0; h < H; ++h) logits[e] += xt[h] * T(w.router[size_t(h) * E + e]);
-    }
-    route_token(rp, logits.data(), c.router == Router::SigmoidGroupLimited ? bias.data() : nullptr, scores.data(),
-                idx.data(), wk.data());
-    for (int k = 0; k < K; ++k) {  // out += w_k y_k: dw_k = <dout, y_k>, dy_k = w_k dout
-      const size_t e = size_t(idx[k]);
-      ffn(xt, &w.w1[e * H * 2 * F], &w.w2[e * F * H], F, y.data());
-      dwk[k] = 0;
-      for (int h = 0; h < H; ++h) {
-        dwk[k] += dt[h] * y[h];
-        dy[h] = wk[k] * dt[h];
-      }
-      ffn_bwd(xt, &w.w1[e * H * 2 * F], &w.w2[e * F * H], F, dy.data(), &g.w1[e * H * 2 * F], &g.w2[e * F * H], dxt);
-    }
-    if (S) {  // out += gate * ys
-      ffn(xt, w.shared_w1.data(), w.shared_w2.data(), S, y.data());
-      T gt = 1;
-      if (c.shared_gate) {
-        T z = 0;
-        for (int h = 0; h < H; ++h) z += xt[h] * T(w.shared_gate[h]);
-        gt = sigmoid_(z);
-        T dz = 0;
-        for (int h = 0; h < H; ++h) dz += dt[h] * y[h];
-        dz *= gt * (T(1) - gt);
-        for (int h = 0; h < H; ++h) {
-          g.shared_gate[h] += dz * xt[h];
-          dxt[h] += dz * T(w.shared_gate[h]);
-        }
-      }
-      for (int h = 0; h < H; ++h) dy[h] = gt * dt[h];
-      ffn_bwd(xt, w.shared_w1.data(), w.shared_w2.data(), S, dy.data(), g.shared_w1.data(), g.shared_w2.data(), dxt);
-    }
-    route_token_bwd(rp, scores.data(), idx.data(), dwk.data(), dlogits.data());
-    for (int h = 0; h < H; ++h)
-      for (int e = 0; e < E; ++e) {
-        g.router[size_t(h) * E + e] += xt[h] * dlogits[e];
-        dxt[h] += dlogits[e] * T(w.router[size_t(h) * E + e]);
-      }
-  }
-  return g;
-}
-
-template ReferenceGrads<double> moe_reference_backward<double>(const MoeConfig&, const MoeWeights&, const double*,
-                                                               int, const double*);
 
 }  // namespace lcplan::moe

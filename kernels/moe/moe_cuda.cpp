@@ -1,4 +1,4 @@
-#include "kernels/moe/moe_gpu.h"
+#include "kernels/moe/moe_cuda.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 
 #include "kernels/common/bf16.h"
 #include "kernels/common/cuda_check.h"
-#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_kernels_cuda.h"
 
 namespace lcplan::moe::gpu {
 
@@ -445,7 +445,7 @@ class Layer final : public MoeLayerGpu::Impl {
     traffic_.shared_flops = 18.0 * H * double(c_.shared_ffn) * tokens_;
   }
 
-  // One GEMM per local expert that received rows (moe_cuda's grouped_gemm); weights of expert e are k x n
+  // One GEMM per local expert that received rows (moe_kernels_cuda's grouped_gemm); weights of expert e are k x n
   // (n x k when trans_w), output rows of type ct.
   void expert_gemms(const ChunkState& b, const T* in, int k, int n, const T* weights, void* out, cudaDataType_t ct,
                     bool trans_w, cudaStream_t sm) {

@@ -1,4 +1,4 @@
-#include "kernels/moe/moe_cuda.h"
+#include "kernels/moe/moe_kernels_cuda.h"
 
 #include <cub/device/device_scan.cuh>
 
