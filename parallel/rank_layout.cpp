@@ -186,8 +186,4 @@ const char* group_name(Group g) {
 
 const char* to_string(LinkTier t) { return t == LinkTier::NVLink ? "nvlink" : "network"; }
 
-LinkTier group_tier(const RankLayout& l, Group g, int gpus_per_node) {
-  return group_nodes(l, g, gpus_per_node) == 1 ? LinkTier::NVLink : LinkTier::Network;
-}
-
 }  // namespace lcplan

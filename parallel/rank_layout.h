@@ -32,10 +32,10 @@ int group_size(const RankLayout& l, Group g);
 // Nodes spanned by the widest group of kind `g` (the slowest group sets a collective's time).
 int group_nodes(const RankLayout& l, Group g, int gpus_per_node);
 
-// Where a group's traffic runs: NVLink when every rank of the widest group sits in one node, else the network.
+// Where a group's traffic runs: NVLink when every rank of the widest group sits in one node (group_nodes == 1),
+// else the network.
 enum class LinkTier { NVLink, Network };
 const char* to_string(LinkTier t);
-LinkTier group_tier(const RankLayout& l, Group g, int gpus_per_node);
 
 const char* group_name(Group g);
 

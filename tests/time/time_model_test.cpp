@@ -29,16 +29,27 @@ struct Fixture : ::testing::Test {
   Calibration cal = load_calibration("lcplan", data_dir());
 };
 
-TEST(Tier, FlipsFromNvlinkToNetworkWhenAGroupSpansNodes) {
-  // 16 GPUs, 8 per node, Megatron order tp-cp-dp-pp: tp=8 fills a node; ep=16 spans both nodes.
-  const RankLayout l = make_rank_layout(16, 8, 1, 1, 16, 1);
-  EXPECT_EQ(group_tier(l, Group::TP, 8), LinkTier::NVLink);
-  EXPECT_EQ(group_tier(l, Group::EP, 8), LinkTier::Network);
-  EXPECT_EQ(group_tier(l, Group::DP, 8), LinkTier::Network);  // dp ranks 0 and 8
-  // The same tp=8 group on 4-GPU nodes crosses the network.
-  EXPECT_EQ(group_tier(l, Group::TP, 4), LinkTier::Network);
-  const RankLayout small = make_rank_layout(16, 2, 1, 1, 8, 1);
-  EXPECT_EQ(group_tier(small, Group::EP, 8), LinkTier::NVLink);  // ep 8 over ranks 0..7
+TEST_F(Fixture, TierFlipsFromNvlinkToNetworkWhenAGroupSpansNodes) {
+  // 16 GPUs, 8 per node, Megatron order tp-cp-dp-pp: tp=2 sits in a node; ep=16 spans both nodes, and so do the
+  // dp ranks (0, 2, ..., 14). The time model reads these tiers from the plan's derived record.
+  Plan p = qwen_plan();
+  p.gpus = 16;
+  p.parallel = {2, 1, 1, 1, 16, 1};
+  p.gpus_per_node = 8;
+  DerivedPlan d = derive_plan(m, p, hw);
+  EXPECT_EQ(d.tp.tier, LinkTier::NVLink);
+  EXPECT_EQ(d.ep.tier, LinkTier::Network);
+  EXPECT_EQ(d.ep.nodes, 2);
+  EXPECT_EQ(d.dp_cp.tier, LinkTier::Network);
+  // One GPU per node: every group crosses the network.
+  p.gpus_per_node = 1;
+  d = derive_plan(m, p, hw);
+  EXPECT_EQ(d.tp.tier, LinkTier::Network);
+  EXPECT_EQ(d.ep.nodes, 16);
+  // EP 8 over ranks 0..7 of 8-GPU nodes stays on NVLink.
+  p.gpus_per_node = 0;  // the hardware profile's 8
+  p.parallel = {2, 1, 1, 1, 8, 1};
+  EXPECT_EQ(derive_plan(m, p, hw).ep.tier, LinkTier::NVLink);
 }
 
 TEST_F(Fixture, NetworkCollectivesAreSlowerAndTpCommGrowsAcrossNodes) {
