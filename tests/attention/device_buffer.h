@@ -14,7 +14,7 @@ class DeviceFloats {
   explicit DeviceFloats(const std::vector<float>& host) : DeviceFloats(host.size()) {
     if (n_ > 0) CUDA_CHECK(cudaMemcpy(ptr_, host.data(), n_ * sizeof(float), cudaMemcpyHostToDevice));
   }
-  ~DeviceFloats() { (void)cudaFree(ptr_); }
+  ~DeviceFloats() { CUDA_LOG(cudaFree(ptr_)); }
   DeviceFloats(const DeviceFloats&) = delete;
   DeviceFloats& operator=(const DeviceFloats&) = delete;
   float* get() const { return ptr_; }
@@ -33,7 +33,7 @@ class DeviceFloats {
 class Stream {
  public:
   Stream() { CUDA_CHECK(cudaStreamCreate(&s_)); }
-  ~Stream() { (void)cudaStreamDestroy(s_); }
+  ~Stream() { CUDA_LOG(cudaStreamDestroy(s_)); }
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
   cudaStream_t get() const { return s_; }
