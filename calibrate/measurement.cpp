@@ -90,6 +90,7 @@ std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& m
     MeasuredCase c{m, load_model(m.plan.model, data_dir), load_hardware(m.plan.hardware, data_dir)};
     try {
       require_valid_plan(c.model, c.meas.plan);
+      if (const std::string e = precision_support_error(c.hw, c.meas.plan.precision); !e.empty()) throw UserError(e);
     } catch (const UserError& e) {
       throw UserError("measurement \"" + m.id + "\": " + e.what());
     }

@@ -17,7 +17,7 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_option("--seq", f.seq, "sequence length in tokens (131072, 128k, 1M)");
   c->add_option("--micro-batch", f.micro_batch, "sequences per microbatch");
   c->add_option("--global-batch", f.global_batch, "sequences per step (default: micro batch x dp x pp)");
-  c->add_option("--precision", f.precision, "bf16 or fp8");
+  c->add_option("--precision", f.precision, "bf16, fp8, mxfp8 or nvfp4 (mxfp8/nvfp4 on Blackwell)");
   c->add_option("--tp", f.tp, "tensor parallel size");
   c->add_option("--pp", f.pp, "pipeline parallel size");
   c->add_option("--vpp", f.vpp, "virtual pipeline stages per rank");
@@ -198,6 +198,7 @@ Inputs load_inputs(Plan& plan, const std::string& calibration_override) {
             looked_up("hardware", plan.hardware, [&] { return load_hardware(plan.hardware, dir); }),
             looked_up("calibration", cal, [&] { return load_calibration(cal, dir); })};
   if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
+  if (const std::string e = precision_support_error(in.hardware, plan.precision); !e.empty()) throw UserError(e);
   return in;
 }
 

@@ -26,8 +26,8 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
   }
   if (p.parallel.tp > (p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node))
     e.warnings.emplace_back("tp spans more than one node: tensor-parallel collectives cross the network");
-  if (p.precision == Precision::FP8 && hw.peak_fp8_flops <= hw.peak_bf16_flops)
-    e.warnings.emplace_back(hw.name + " has no FP8 tensor cores: fp8 runs at the bf16 rate");
+  if (p.precision != Precision::BF16 && gemm_peak_flops(hw, p.precision) <= hw.peak_bf16_flops)
+    e.warnings.emplace_back(hw.name + " has no faster tensor cores for " + to_string(p.precision) + ": it runs at the bf16 rate");
   return e;
 }
 
@@ -92,7 +92,7 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
                 effective_global_batch(p), num_microbatches(p), q.tp, q.pp, q.vpp, q.cp, q.ep, q.etp, data_parallel(p),
                 to_string(p.optimizer_sharding), to_string(p.recompute),
                 p.recompute_layers > 0 ? (" (" + std::to_string(p.recompute_layers) + " layers)").c_str() : "",
-                p.linear_ce ? "linear CE" : "materialized logits", p.moe.ep_chunks, p.precision == Precision::FP8 ? "fp8" : "bf16");
+                p.linear_ce ? "linear CE" : "materialized logits", p.moe.ep_chunks, to_string(p.precision));
   o << line << "\nMemory per GPU (GiB), per pipeline stage at its peak phase\n";
   std::snprintf(line, sizeof line, "%-6s %-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s | %7s %7s\n", "stage", "phase",
                 "params", "grads", "optim", "fsdp", "activ", "logits", "moe", "wkspc", "ctx", "frag", "GiB", "GB");

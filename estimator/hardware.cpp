@@ -26,6 +26,12 @@ Hardware hardware_from_json(const nlohmann::json& j, const std::string& name) {
   h.hbm_bandwidth = positive(j, "hbm_bandwidth", name);
   h.peak_bf16_flops = positive(j, "peak_bf16_flops", name);
   h.peak_fp8_flops = positive(j, "peak_fp8_flops", name);
+  if (j.contains("peak_fp4_flops")) h.peak_fp4_flops = positive(j, "peak_fp4_flops", name);
+  if (j.contains("block_scaled")) {
+    if (!j.at("block_scaled").is_boolean())
+      throw UserError("hardware \"" + name + "\": field \"block_scaled\" must be true or false");
+    h.block_scaled = j.at("block_scaled").get<bool>();
+  }
   h.nvlink_bandwidth = positive(j, "nvlink_bandwidth", name);
   h.network_bandwidth = positive(j, "network_bandwidth", name);
   h.host_bandwidth = positive(j, "host_bandwidth", name);
@@ -35,6 +41,25 @@ Hardware hardware_from_json(const nlohmann::json& j, const std::string& name) {
   h.gpus_per_node = static_cast<int>(gpn);
   if (j.contains("source") && j.at("source").is_string()) h.source = j.at("source").get<std::string>();
   return h;
+}
+
+double gemm_peak_flops(const Hardware& hw, Precision p) {
+  switch (p) {
+    case Precision::BF16: return hw.peak_bf16_flops;
+    case Precision::FP8:
+    case Precision::MXFP8: return hw.peak_fp8_flops;
+    case Precision::NVFP4: return hw.peak_fp4_flops > 0 ? hw.peak_fp4_flops : hw.peak_fp8_flops;
+  }
+  return hw.peak_bf16_flops;
+}
+
+std::string precision_support_error(const Hardware& hw, Precision p) {
+  if ((p == Precision::MXFP8 || p == Precision::NVFP4) && !hw.block_scaled)
+    return std::string("precision ") + to_string(p) + " needs block-scaled tensor cores, which " + hw.name +
+           " does not have (use bf16 or fp8, or a Blackwell profile such as b200)";
+  if (p == Precision::NVFP4 && hw.peak_fp4_flops <= 0)
+    return "precision nvfp4 needs FP4 tensor cores; " + hw.name + " gives no peak_fp4_flops";
+  return "";
 }
 
 std::vector<std::string> hardware_names(const std::string& data_dir) {

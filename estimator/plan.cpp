@@ -31,7 +31,15 @@ int num_microbatches(const Plan& p) {
   return per_step > 0 ? static_cast<int>(effective_global_batch(p) / per_step) : 0;
 }
 
-const char* to_string(Precision v) { return v == Precision::BF16 ? "bf16" : "fp8"; }
+const char* to_string(Precision v) {
+  switch (v) {
+    case Precision::BF16: return "bf16";
+    case Precision::FP8: return "fp8";
+    case Precision::MXFP8: return "mxfp8";
+    case Precision::NVFP4: return "nvfp4";
+  }
+  return "?";
+}
 const char* to_string(OptimizerSharding v) {
   switch (v) {
     case OptimizerSharding::None: return "none";
@@ -52,7 +60,9 @@ const char* to_string(Recompute v) {
 Precision parse_precision(const std::string& s) {
   if (s == "bf16") return Precision::BF16;
   if (s == "fp8") return Precision::FP8;
-  throw UserError("precision \"" + s + "\" is not valid (use bf16 or fp8)");
+  if (s == "mxfp8") return Precision::MXFP8;
+  if (s == "nvfp4") return Precision::NVFP4;
+  throw UserError("precision \"" + s + "\" is not valid (use bf16, fp8, mxfp8 or nvfp4)");
 }
 OptimizerSharding parse_optimizer_sharding(const std::string& s) {
   if (s == "none") return OptimizerSharding::None;

@@ -13,7 +13,9 @@ namespace lcplan {
 
 struct ModelSpec;
 
-enum class Precision : uint8_t { BF16, FP8 };
+// GEMM number format of the training recipe (Megatron-LM/Transformer Engine recipes): bf16; fp8 with per-tensor
+// (delayed or current) scaling; mxfp8 with 32-element block scales; nvfp4 with 16-element block scales (Blackwell).
+enum class Precision : uint8_t { BF16, FP8, MXFP8, NVFP4 };
 enum class OptimizerSharding : uint8_t { None, DistOpt, Fsdp };
 enum class Recompute : uint8_t { None, Selective, Full };
 

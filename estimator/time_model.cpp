@@ -58,10 +58,10 @@ struct KernelRates {
   double grouped_scale;  // FP8 efficiency ratio of grouped expert GEMMs (1 in bf16)
 
   KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_) : hw(hw_), cal(cal_) {
-    const bool fp8 = p.precision == Precision::FP8 && hw.peak_fp8_flops > hw.peak_bf16_flops;
-    gemm_peak = fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
-    gemm_scale = fp8 ? cal.fp8_gemm_efficiency_ratio : 1.0;
-    grouped_scale = fp8 ? cal.fp8_grouped_gemm_efficiency_ratio : 1.0;
+    gemm_peak = gemm_peak_flops(hw, p.precision);
+    const bool low = gemm_peak > hw.peak_bf16_flops;  // a faster format than bf16 on this hardware
+    gemm_scale = low ? cal.fp8_gemm_efficiency_ratio : 1.0;
+    grouped_scale = low ? cal.fp8_grouped_gemm_efficiency_ratio : 1.0;
   }
   double gemm(double flops, double tokens) const {
     return flops / (gemm_peak * gemm_scale * efficiency_curve(cal.gemm_efficiency, cal.gemm_half_tokens, tokens));
@@ -425,7 +425,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
                      br.offload;
   out.model_flops_per_step = d.model_flops_per_step;
-  const double peak = p.precision == Precision::FP8 ? hw.peak_fp8_flops : hw.peak_bf16_flops;
+  const double peak = gemm_peak_flops(hw, p.precision);
   out.tflops_per_gpu = out.model_flops_per_step / out.step_seconds / p.gpus / 1e12;
   out.mfu = out.tflops_per_gpu * 1e12 / peak;
   out.tokens_per_second_per_gpu = double(d.global_batch) * p.seq_len / out.step_seconds / p.gpus;

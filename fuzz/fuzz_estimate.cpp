@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   p.micro_batch = draw_int(r, {1, 1, 2, 4, 8, 0});
   p.global_batch = draw_int(r, {0, 0, 64, 128, 256, 1024, 96, 1});
-  p.precision = (r.byte() & 1) ? Precision::FP8 : Precision::BF16;
+  p.precision = static_cast<Precision>(r.byte() % 4);
   p.sequence_parallel = r.byte() & 1;
   p.optimizer_sharding = static_cast<OptimizerSharding>(r.byte() % 3);
   p.recompute = static_cast<Recompute>(r.byte() % 3);

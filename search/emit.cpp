@@ -167,7 +167,12 @@ std::string megatron_flags(const Plan& p, const ModelSpec& m) {
     if (p.moe.ep_chunks > 1) o << " --overlap-moe-expert-parallel-comm --delay-wgrad-compute";
   }
   if (p.moe.capacity_factor > 0) o << " --moe-expert-capacity-factor " << p.moe.capacity_factor << " --moe-pad-expert-input-to-capacity";
-  if (p.precision == Precision::FP8) o << " --fp8-format hybrid --fp8-recipe delayed";
+  switch (p.precision) {
+    case Precision::BF16: break;
+    case Precision::FP8: o << " --fp8-format hybrid --fp8-recipe tensorwise"; break;
+    case Precision::MXFP8: o << " --fp8-format e4m3 --fp8-recipe mxfp8"; break;
+    case Precision::NVFP4: o << " --fp4-format e2m1 --fp4-recipe nvfp4"; break;
+  }
   o << " --bf16\n";
   if (p.moe.ep_chunks > 1)
     o << "# ep_chunks " << p.moe.ep_chunks
