@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <set>
 
 #include <Eigen/Dense>
 
+#include "common/user_error.h"
 #include "estimator/memory_model.h"
 #include "estimator/time_model.h"
-#include "common/user_error.h"
 
 namespace lcplan {
 
@@ -22,10 +24,56 @@ const char* to_string(Quantity q) {
   return "?";
 }
 
-double predict(const MeasuredCase& c, Quantity q, const Calibration& cal) {
+nlohmann::json fit_spec_to_json(const FitSpec& s) {
+  return {{"keys", s.keys},
+          {"per_hardware", s.per_hardware},
+          {"per_implementation", s.per_implementation},
+          {"huber_delta", s.huber_delta},
+          {"model_error", s.model_error},
+          {"hardware_log_sigma", s.hardware_log_sigma},
+          {"identified_ratio", s.identified_ratio}};
+}
+
+FitSpec fit_spec_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw UserError("calibration \"fit\" must be an object (keys, per_hardware, per_implementation, ...)");
+  FitSpec s;
+  for (const auto& [k, v] : j.items()) {
+    auto list = [&](std::vector<std::string>& out) {
+      if (!v.is_array()) throw UserError("calibration fit." + k + " must be a list of coefficient keys");
+      for (const auto& e : v) {
+        if (!e.is_string()) throw UserError("calibration fit." + k + " must be a list of coefficient keys");
+        out.push_back(e.get<std::string>());
+      }
+    };
+    auto number = [&](double& out, double lo, double hi) {
+      if (!v.is_number() || !(v.get<double>() >= lo) || !(v.get<double>() <= hi))
+        throw UserError("calibration fit." + k + " must be a number from " + std::to_string(lo) + " to " + std::to_string(hi));
+      out = v.get<double>();
+    };
+    if (k == "keys") list(s.keys);
+    else if (k == "per_hardware") list(s.per_hardware);
+    else if (k == "per_implementation") list(s.per_implementation);
+    else if (k == "huber_delta") number(s.huber_delta, 0, 1);
+    else if (k == "model_error") number(s.model_error, 1e-3, 10);
+    else if (k == "hardware_log_sigma") number(s.hardware_log_sigma, 1e-3, 10);
+    else if (k == "identified_ratio") number(s.identified_ratio, 0.01, 1);
+    else
+      throw UserError("calibration \"fit\" has unknown field \"" + k +
+                      "\" (valid: keys, per_hardware, per_implementation, huber_delta, model_error, hardware_log_sigma, "
+                      "identified_ratio)");
+  }
+  return s;
+}
+
+namespace {
+
+double predict_flat(const MeasuredCase& c, Quantity q, const Calibration& cal) {
   const Plan& p = c.meas.plan;
   switch (q) {
-    case Quantity::PeakBytes: return estimate_memory(c.model, p, c.hw, cal).peak_bytes;
+    case Quantity::PeakBytes: {
+      const MemoryEstimate e = estimate_memory(c.model, p, c.hw, cal);
+      return c.meas.peak_stage ? e.stages.at(*c.meas.peak_stage).peak_bytes : e.peak_bytes;
+    }
     case Quantity::StepSeconds:
       if (c.meas.scope == MeasurementScope::MoeLayer) {
         const MoeLayerTime t = moe_layer_time(derive_plan(c.model, p, c.hw), c.hw, cal);
@@ -36,6 +84,14 @@ double predict(const MeasuredCase& c, Quantity q, const Calibration& cal) {
   }
   return 0;
 }
+
+}  // namespace
+
+double predict(const MeasuredCase& c, Quantity q, const Calibration& profile) {
+  return predict_flat(c, q, calibration_for(profile, c.hw.name, c.meas.plan.implementation));
+}
+
+bool fitted_case(const MeasuredCase& c) { return c.meas.superseded_by.empty(); }
 
 namespace {
 
@@ -48,6 +104,7 @@ struct Datum {
 std::vector<Datum> data_of(const std::vector<MeasuredCase>& cases) {
   std::vector<Datum> d;
   for (size_t i = 0; i < cases.size(); ++i) {
+    if (!fitted_case(cases[i])) continue;
     const Measurement& m = cases[i].meas;
     if (m.peak_bytes) d.push_back({i, Quantity::PeakBytes, *m.peak_bytes});
     if (m.step_seconds) d.push_back({i, Quantity::StepSeconds, *m.step_seconds});
@@ -56,95 +113,158 @@ std::vector<Datum> data_of(const std::vector<MeasuredCase>& cases) {
   return d;
 }
 
+enum class Scope { Base, Hardware, Implementation };
+
 struct Param {
   const CoefficientInfo* info;
-  double scale;  // coefficients are fitted in units of their starting value (or of their range)
+  Scope scope;
+  std::string name;  // hardware or implementation name
+  double prior = 0;  // prior value (base and implementation scopes)
+  double sigma = 1;  // prior width in log units
+  int base = -1;     // hardware scope: index of the base parameter of the same key, or -1 (base held at start)
+  bool fixed = false;
 };
 
-void set(Calibration& cal, const std::vector<Param>& ps, const Eigen::VectorXd& x) {
-  for (size_t k = 0; k < ps.size(); ++k) cal.*(ps[k].info->member) = x[k] * ps[k].scale;
-}
-
-Eigen::VectorXd clamp(const std::vector<Param>& ps, Eigen::VectorXd x) {
-  for (size_t k = 0; k < ps.size(); ++k) x[k] = std::clamp(x[k], ps[k].info->lo / ps[k].scale, ps[k].info->hi / ps[k].scale);
-  return x;
-}
-
-// Relative residual, or under the pseudo-Huber loss the signed square root of 2*rho(r) (quadratic below delta,
-// linear above), so that Levenberg-Marquardt on these values minimises sum rho(r) (Hartley & Zisserman, A6.8).
-Eigen::VectorXd residuals(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data, const Calibration& cal,
-                          double huber_delta) {
-  Eigen::VectorXd r(data.size());
-  for (size_t i = 0; i < data.size(); ++i) {
-    const double e = predict(cases[data[i].case_index], data[i].q, cal) / data[i].measured - 1;
-    if (huber_delta <= 0) {
-      r[i] = e;
-    } else {
-      const double d = huber_delta, rho = d * d * (std::sqrt(1 + (e / d) * (e / d)) - 1);
-      r[i] = std::copysign(std::sqrt(2 * rho), e);
-    }
+std::string scope_label(const Param& p) {
+  switch (p.scope) {
+    case Scope::Base: return "base";
+    case Scope::Hardware: return "hardware " + p.name;
+    case Scope::Implementation: return "implementation " + p.name;
   }
-  return r;
+  return "?";
 }
 
-// Levenberg-Marquardt on relative residuals, numerical Jacobian, bounds by projection.
-Calibration lm_fit(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data, const Calibration& start,
-                   const std::vector<Param>& ps, int max_iter, double huber_delta, int* iterations) {
-  const int n = int(ps.size());
-  Calibration cal = start;
-  Eigen::VectorXd x(n);
-  for (int k = 0; k < n; ++k) x[k] = start.*(ps[k].info->member) / ps[k].scale;
-  x = clamp(ps, x);
-  set(cal, ps, x);
-  Eigen::VectorXd r = residuals(cases, data, cal, huber_delta);
-  double cost = r.squaredNorm();
-  double lambda = 1e-3;
-  int it = 0;
-  bool converged = false;
-  for (; it < max_iter && !converged; ++it) {
-    Eigen::MatrixXd J(r.size(), n);
-    for (int k = 0; k < n; ++k) {
-      // Central-ish difference, stepping inward at a bound.
-      const double h = 1e-4 * std::max(1.0, std::abs(x[k]));
-      Eigen::VectorXd xp = x;
-      xp[k] += h;
-      if (xp[k] * ps[k].scale > ps[k].info->hi) xp[k] = x[k] - h;
-      Calibration cp = cal;
-      set(cp, ps, xp);
-      J.col(k) = (residuals(cases, data, cp, huber_delta) - r) / (xp[k] - x[k]);
+double get(const Calibration& c, const Param& p) {
+  const auto* layer = p.scope == Scope::Hardware ? &c.per_hardware : p.scope == Scope::Implementation ? &c.per_implementation : nullptr;
+  if (layer) {
+    const auto it = layer->find(p.name);
+    if (it != layer->end())
+      if (auto o = it->second.find(p.info->key); o != it->second.end()) return o->second.value;
+  }
+  return c.*(p.info->member);
+}
+
+void put(Calibration& c, const Param& p, double v, const std::string& provenance) {
+  if (p.scope == Scope::Base) {
+    c.*(p.info->member) = v;
+    c.provenance[p.info->key] = provenance;
+    return;
+  }
+  auto& layer = p.scope == Scope::Hardware ? c.per_hardware : c.per_implementation;
+  layer[p.name][p.info->key] = {v, provenance};
+}
+
+// Parameters are fitted as theta = ln(value), held inside the coefficient's physical range.
+double floor_of(const CoefficientInfo* info) { return std::max(info->lo, 1e-12); }
+
+struct Problem {
+  const std::vector<MeasuredCase>& cases;
+  std::vector<Datum> data;
+  std::vector<Param> params;
+  const Calibration& start;
+  FitSpec spec;
+
+  Calibration with(const Eigen::VectorXd& theta) const {
+    Calibration c = start;
+    for (size_t k = 0; k < params.size(); ++k) put(c, params[k], std::exp(theta[k]), "");
+    return c;
+  }
+  Eigen::VectorXd clamp(Eigen::VectorXd theta) const {
+    for (size_t k = 0; k < params.size(); ++k) {
+      const CoefficientInfo* info = params[k].info;
+      theta[k] = std::clamp(theta[k], std::log(floor_of(info)), std::log(std::min(info->hi, 1e300)));
+      if (params[k].fixed) theta[k] = fixed_theta(theta, k);
     }
+    return theta;
+  }
+  // A fixed (unidentified) parameter sits at its prior: the prior value, or a hardware override at the base value.
+  double fixed_theta(const Eigen::VectorXd& theta, size_t k) const {
+    const Param& p = params[k];
+    if (p.scope != Scope::Hardware) return std::log(std::max(p.prior, floor_of(p.info)));
+    return p.base >= 0 ? theta[p.base] : std::log(std::max(start.*(p.info->member), floor_of(p.info)));
+  }
+  Eigen::VectorXd residuals(const Eigen::VectorXd& theta) const {
+    const Calibration cal = with(theta);
+    // One resolved record per (hardware, implementation) pair in the data.
+    std::map<std::pair<std::string, std::string>, Calibration> resolved;
+    Eigen::VectorXd r(data.size() + params.size());
+    for (size_t i = 0; i < data.size(); ++i) {
+      const MeasuredCase& c = cases[data[i].case_index];
+      const auto key = std::make_pair(c.hw.name, c.meas.plan.implementation);
+      auto it = resolved.find(key);
+      if (it == resolved.end()) it = resolved.emplace(key, calibration_for(cal, key.first, key.second)).first;
+      const double e = predict_flat(c, data[i].q, it->second) / data[i].measured - 1;
+      double v = e;
+      if (spec.huber_delta > 0) {  // pseudo-Huber: quadratic below delta, linear above (Hartley & Zisserman, A6.8)
+        const double d = spec.huber_delta, rho = d * d * (std::sqrt(1 + (e / d) * (e / d)) - 1);
+        v = std::copysign(std::sqrt(2 * rho), e);
+      }
+      r[i] = v / spec.model_error;
+    }
+    for (size_t k = 0; k < params.size(); ++k) {
+      const Param& p = params[k];
+      double center = std::log(std::max(p.prior, floor_of(p.info)));
+      if (p.scope == Scope::Hardware)
+        center = p.base >= 0 ? theta[p.base] : std::log(std::max(start.*(p.info->member), floor_of(p.info)));
+      r[data.size() + k] = p.fixed ? 0.0 : (theta[k] - center) / p.sigma;
+    }
+    return r;
+  }
+};
+
+Eigen::MatrixXd jacobian(const Problem& pr, const Eigen::VectorXd& theta, const Eigen::VectorXd& r) {
+  Eigen::MatrixXd J(r.size(), theta.size());
+  for (int k = 0; k < theta.size(); ++k) {
+    Eigen::VectorXd tp = theta;
+    const double h = 1e-3;
+    tp[k] += h;
+    tp = pr.clamp(tp);
+    double step = tp[k] - theta[k];
+    if (std::abs(step) < 1e-12) {  // at the upper bound: step inward
+      tp = theta;
+      tp[k] -= h;
+      step = -h;
+    }
+    J.col(k) = pr.params[k].fixed ? Eigen::VectorXd::Zero(r.size()) : Eigen::VectorXd((pr.residuals(tp) - r) / step);
+  }
+  return J;
+}
+
+Eigen::VectorXd lm(const Problem& pr, Eigen::VectorXd theta, int max_iter, int* iterations) {
+  theta = pr.clamp(theta);
+  Eigen::VectorXd r = pr.residuals(theta);
+  double cost = r.squaredNorm();
+  double lambda = 1e-2;
+  int it = 0;
+  for (; it < max_iter; ++it) {
+    const Eigen::MatrixXd J = jacobian(pr, theta, r);
     const Eigen::MatrixXd A = J.transpose() * J;
     const Eigen::VectorXd g = J.transpose() * r;
-    bool improved = false;
-    for (int tries = 0; tries < 12 && !improved; ++tries) {
+    bool improved = false, converged = false;
+    for (int tries = 0; tries < 10 && !improved; ++tries) {
       Eigen::MatrixXd M = A;
-      for (int k = 0; k < n; ++k) M(k, k) += lambda * (A(k, k) + 1e-9);
-      const Eigen::VectorXd step = M.ldlt().solve(-g);
-      const Eigen::VectorXd xn = clamp(ps, x + step);
-      Calibration cn = cal;
-      set(cn, ps, xn);
-      const Eigen::VectorXd rn = residuals(cases, data, cn, huber_delta);
-      const double cn_cost = rn.allFinite() ? rn.squaredNorm() : std::numeric_limits<double>::infinity();
-      if (cn_cost < cost) {
-        const double gain = cost - cn_cost;
-        x = xn;
-        cal = cn;
+      for (int k = 0; k < M.rows(); ++k) M(k, k) += lambda * (A(k, k) + 1e-9);
+      const Eigen::VectorXd tn = pr.clamp(theta + M.ldlt().solve(-g));
+      const Eigen::VectorXd rn = pr.residuals(tn);
+      const double cn = rn.allFinite() ? rn.squaredNorm() : std::numeric_limits<double>::infinity();
+      if (cn < cost) {
+        converged = cost - cn < 1e-9 * (1 + cost);
+        theta = tn;
         r = rn;
-        cost = cn_cost;
+        cost = cn;
         lambda = std::max(lambda / 3, 1e-9);
         improved = true;
-        converged = gain < 1e-10 * (1 + cost);
       } else {
         lambda *= 4;
       }
     }
-    if (!improved) break;
+    if (!improved || converged) break;
   }
   if (iterations) *iterations = it;
-  return cal;
+  return theta;
 }
 
-double mape(const std::vector<double>& errs) {
+double mean_abs(const std::vector<double>& errs) {
   double s = 0;
   int n = 0;
   for (double e : errs)
@@ -152,39 +272,118 @@ double mape(const std::vector<double>& errs) {
   return n ? s / n : std::numeric_limits<double>::quiet_NaN();
 }
 
+const CoefficientInfo& fittable(const std::string& key) {
+  const CoefficientInfo* info = find_coefficient(key);
+  if (!info) throw UserError("unknown coefficient \"" + key + "\" (see the keys in a calibration file)");
+  if (!info->fittable) throw UserError("coefficient \"" + key + "\" is not fittable (it is a published or derived constant)");
+  return *info;
+}
+
+double prior_value(const Calibration& priors, const std::string& key, Scope scope, const std::string& name) {
+  if (scope == Scope::Implementation)
+    if (auto it = priors.per_implementation.find(name); it != priors.per_implementation.end())
+      if (auto o = it->second.find(key); o != it->second.end()) return o->second.value;
+  return priors.*(find_coefficient(key)->member);
+}
+
+std::vector<Param> make_params(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data,
+                               const Calibration& priors, const FitSpec& spec) {
+  std::set<std::string> hardware, implementations;
+  for (const Datum& d : data) {
+    hardware.insert(cases[d.case_index].hw.name);
+    implementations.insert(cases[d.case_index].meas.plan.implementation);
+  }
+  std::vector<Param> ps;
+  auto sigma_of = [&](const std::string& key) {
+    const auto it = priors.log_sigma.find(key);
+    if (it == priors.log_sigma.end())
+      throw UserError("the prior profile \"" + priors.name + "\" gives no log_sigma for \"" + key +
+                      "\" (a fitted coefficient needs a prior width)");
+    return it->second;
+  };
+  for (const std::string& key : spec.keys) {
+    const CoefficientInfo& info = fittable(key);
+    ps.push_back({&info, Scope::Base, "", prior_value(priors, key, Scope::Base, ""), sigma_of(key)});
+  }
+  for (const std::string& key : spec.per_implementation) {
+    const CoefficientInfo& info = fittable(key);
+    for (const std::string& impl : implementations)
+      ps.push_back({&info, Scope::Implementation, impl, prior_value(priors, key, Scope::Implementation, impl), sigma_of(key)});
+  }
+  for (const std::string& key : spec.per_hardware) {
+    const CoefficientInfo& info = fittable(key);
+    int base = -1;
+    for (size_t k = 0; k < ps.size(); ++k)
+      if (ps[k].scope == Scope::Base && ps[k].info == &info) base = int(k);
+    for (const std::string& hw : hardware) ps.push_back({&info, Scope::Hardware, hw, 0, spec.hardware_log_sigma, base});
+  }
+  for (const Param& p : ps)
+    if (p.scope != Scope::Hardware && !(p.prior > 0))
+      throw UserError("coefficient \"" + std::string(p.info->key) + "\" has a prior of 0; a fitted coefficient needs a positive prior");
+  return ps;
+}
+
+// Fits every free parameter, marks the ones the data do not identify, and refits with those held at their priors.
+Eigen::VectorXd solve(Problem& pr, const Calibration& start, int max_iter, int* iterations) {
+  Eigen::VectorXd theta(pr.params.size());
+  for (size_t k = 0; k < pr.params.size(); ++k)
+    theta[k] = std::log(std::max(get(start, pr.params[k]), floor_of(pr.params[k].info)));
+  theta = lm(pr, theta, max_iter, iterations);
+  // Posterior spread of each parameter (Gauss-Newton covariance of the whole objective) against its prior's.
+  const Eigen::VectorXd r = pr.residuals(theta);
+  const Eigen::MatrixXd J = jacobian(pr, theta, r);
+  const Eigen::MatrixXd C = (J.transpose() * J).ldlt().solve(Eigen::MatrixXd::Identity(theta.size(), theta.size()));
+  bool any = false;
+  for (size_t k = 0; k < pr.params.size(); ++k) {
+    const double spread = std::sqrt(std::max(0.0, C(k, k)));
+    if (!(spread < pr.spec.identified_ratio * pr.params[k].sigma)) pr.params[k].fixed = any = true;
+  }
+  if (any) theta = lm(pr, theta, max_iter, nullptr);
+  return theta;
+}
+
 }  // namespace
 
-FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibration& start, const FitOptions& opt) {
-  std::vector<Param> ps;
-  const auto& table = coefficient_table();
-  auto add = [&](const CoefficientInfo& info) {
-    const double v = start.*(info.member);
-    const double scale = v > 0 ? v : std::max(1e-12, (std::min(info.hi, 1e6) - info.lo) * 0.01);
-    ps.push_back({&info, scale});
-  };
-  if (opt.keys.empty()) {
-    for (const auto& info : table)
-      if (info.fittable) add(info);
-  } else {
-    for (const std::string& key : opt.keys) {
-      const CoefficientInfo* found = nullptr;
-      for (const auto& info : table)
-        if (key == info.key) found = &info;
-      if (!found) throw UserError("--fit names unknown coefficient \"" + key + "\" (see the keys in a calibration file)");
-      if (!found->fittable) throw UserError("coefficient \"" + key + "\" is not fittable (it is a published or derived constant)");
-      add(*found);
-    }
-  }
+FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibration& start, const Calibration& priors,
+                          const FitOptions& opt) {
   const std::vector<Datum> data = data_of(cases);
-  if (ps.size() > data.size())
-    throw UserError("cannot fit " + std::to_string(ps.size()) + " free coefficients to " + std::to_string(data.size()) +
-                    " measured values (give at least as many measured values as coefficients, or fewer --fit keys)");
-
+  Problem pr{cases, data, make_params(cases, data, priors, opt.spec), start, opt.spec};
+  size_t free_params = pr.params.size();
+  if (free_params > data.size())
+    throw UserError("cannot fit " + std::to_string(free_params) + " free coefficients to " + std::to_string(data.size()) +
+                    " measured values (give at least as many measured values as coefficients, or fewer keys)");
   FitResult res;
-  for (const Param& p : ps) res.keys.push_back(p.info->key);
-  res.calibration = lm_fit(cases, data, start, ps, opt.max_iterations, opt.huber_delta, &res.iterations);
-  const std::string prov = "fitted: " + std::to_string(data.size()) + " points" + (opt.source.empty() ? "" : " from " + opt.source);
-  for (const Param& p : ps) res.calibration.provenance[p.info->key] = prov;
+  const Eigen::VectorXd theta = solve(pr, start, opt.max_iterations, &res.iterations);
+
+  res.calibration = start;
+  res.calibration.fit = fit_spec_to_json(opt.spec);
+  const std::string from = std::to_string(data.size()) + " points" + (opt.source.empty() ? "" : " from " + opt.source);
+  for (size_t k = 0; k < pr.params.size(); ++k) {
+    const Param& p = pr.params[k];
+    const double prior_v = p.scope == Scope::Hardware ? std::exp(pr.fixed_theta(theta, k)) : p.prior;
+    const auto pp = priors.provenance.find(p.info->key);
+    const std::string prior_prov = pp == priors.provenance.end() ? "" : pp->second;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.4g", prior_v);
+    FittedCoefficient fc{p.info->key, scope_label(p), prior_v, std::exp(theta[k]), !p.fixed};
+    if (p.fixed) {
+      fc.value = prior_v;
+      if (p.scope == Scope::Hardware) {  // no override: the hardware reads the base value
+        auto it = res.calibration.per_hardware.find(p.name);
+        if (it != res.calibration.per_hardware.end()) it->second.erase(p.info->key);
+      } else {
+        put(res.calibration, p, prior_v, "prior kept: " + from + " do not identify it; prior: " + prior_prov);
+      }
+    } else {
+      const std::string prov = p.scope == Scope::Hardware
+                                   ? "fitted: " + from + " (hardware " + p.name + ", shrunk toward the base value)"
+                                   : "fitted: " + from + "; prior " + buf + " (" + prior_prov + ")";
+      put(res.calibration, p, fc.value, prov);
+    }
+    res.coefficients.push_back(fc);
+  }
+  for (auto it = res.calibration.per_hardware.begin(); it != res.calibration.per_hardware.end();)
+    it = it->second.empty() ? res.calibration.per_hardware.erase(it) : std::next(it);
 
   std::vector<double> before, after, loo;
   for (const Datum& d : data) {
@@ -202,26 +401,32 @@ FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibrat
   if (opt.leave_one_out) {
     // Honest leave-one-out: refit from the same start without measurement i, then predict its values.
     for (size_t i = 0; i < cases.size(); ++i) {
+      if (!fitted_case(cases[i])) continue;
       std::vector<MeasuredCase> rest;
       for (size_t j = 0; j < cases.size(); ++j)
         if (j != i) rest.push_back(cases[j]);
-      const std::vector<Datum> rest_data = data_of(rest);
-      if (rest_data.size() < ps.size()) continue;
-      const Calibration cal_i = lm_fit(rest, rest_data, start, ps, opt.max_iterations, opt.huber_delta, nullptr);
+      FitOptions o = opt;
+      o.leave_one_out = false;
+      Calibration cal_i;
+      try {
+        cal_i = fit_calibration(rest, start, priors, o).calibration;
+      } catch (const UserError&) {
+        continue;  // too few values left
+      }
       for (size_t k = 0; k < data.size(); ++k)
         if (data[k].case_index == i) res.points[k].loo_predicted = predict(cases[i], data[k].q, cal_i);
     }
   }
   for (const FitPoint& fp : res.points) loo.push_back(fp.loo_error());
-  res.mape_before = mape(before);
-  res.mape = mape(after);
-  res.loo_mape = mape(loo);
+  res.mape_before = mean_abs(before);
+  res.mape = mean_abs(after);
+  res.loo_mape = mean_abs(loo);
   return res;
 }
 
 std::string fit_report(const FitResult& r) {
   std::string out;
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof line, "%-28s %-14s %12s %12s %9s %12s %9s\n", "id", "quantity", "measured", "predicted",
                 "residual", "loo_pred", "loo_err");
   out += line;
@@ -231,24 +436,25 @@ std::string fit_report(const FitResult& r) {
       std::snprintf(line, sizeof line, "%-28s %-14s %12.4g %12.4g %8.1f%% %12.4g %8.1f%%\n", p.id.c_str(),
                     to_string(p.quantity), p.measured * scale, p.predicted * scale, 100 * p.residual(),
                     p.loo_predicted * scale, 100 * p.loo_error());
-    else  // leave-one-out skipped (--no-loo)
+    else
       std::snprintf(line, sizeof line, "%-28s %-14s %12.4g %12.4g %8.1f%% %12s %9s\n", p.id.c_str(),
                     to_string(p.quantity), p.measured * scale, p.predicted * scale, 100 * p.residual(), "-", "-");
     out += line;
   }
   if (std::isfinite(r.loo_mape))
-    std::snprintf(line, sizeof line, "MAPE: start %.1f%%, fitted %.1f%%, leave-one-out %.1f%% (%zu coefficients, %d iterations)\n",
-                  100 * r.mape_before, 100 * r.mape, 100 * r.loo_mape, r.keys.size(), r.iterations);
+    std::snprintf(line, sizeof line, "mean |error|: start %.1f%%, fitted %.1f%%, leave-one-out %.1f%% (%zu coefficients, %d iterations)\n",
+                  100 * r.mape_before, 100 * r.mape, 100 * r.loo_mape, r.coefficients.size(), r.iterations);
   else
-    std::snprintf(line, sizeof line, "MAPE: start %.1f%%, fitted %.1f%% (%zu coefficients, %d iterations)\n",
-                  100 * r.mape_before, 100 * r.mape, r.keys.size(), r.iterations);
+    std::snprintf(line, sizeof line, "mean |error|: start %.1f%%, fitted %.1f%% (%zu coefficients, %d iterations)\n",
+                  100 * r.mape_before, 100 * r.mape, r.coefficients.size(), r.iterations);
   out += line;
-  out += "fitted:";
-  for (const auto& k : r.keys) {
-    std::snprintf(line, sizeof line, " %s", k.c_str());
+  std::snprintf(line, sizeof line, "\n%-36s %-26s %12s %12s  %s\n", "coefficient", "scope", "prior", "value", "identified");
+  out += line;
+  for (const FittedCoefficient& c : r.coefficients) {
+    std::snprintf(line, sizeof line, "%-36s %-26s %12.4g %12.4g  %s\n", c.key.c_str(), c.scope.c_str(), c.prior, c.value,
+                  c.identified ? "yes" : "no: prior kept");
     out += line;
   }
-  out += "\n";
   return out;
 }
 

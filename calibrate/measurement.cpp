@@ -25,18 +25,26 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   std::string where = where_in;
   if (!j.is_object()) throw UserError(where + " must be a JSON object");
   if (j.contains("id") && j.at("id").is_string()) where += " (\"" + j.at("id").get<std::string>() + "\")";
-  static const char* kKeys[] = {"id", "source", "plan", "scope", "peak_bytes", "step_seconds", "tflops_per_gpu", "notes"};
+  static const char* kKeys[] = {"id",           "source", "plan",  "scope",        "peak_bytes",
+                                "step_seconds", "tflops_per_gpu", "notes", "not_modelled", "superseded_by", "peak_stage"};
   for (const auto& [k, _] : j.items()) {
     bool ok = false;
     for (const char* a : kKeys) ok = ok || k == a;
     if (!ok)
       throw UserError(where + " has unknown field \"" + k +
-                      "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes)");
+                      "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes, "
+                      "not_modelled, superseded_by, peak_stage)");
   }
   Measurement m;
   if (j.contains("id")) {
     if (!j.at("id").is_string()) throw UserError(where + ": \"id\" must be a string");
     m.id = j.at("id").get<std::string>();
+  }
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"notes", &m.notes}, {"not_modelled", &m.not_modelled},
+                             {"superseded_by", &m.superseded_by}}) {
+    if (!j.contains(key)) continue;
+    if (!j.at(key).is_string()) throw UserError(where + ": \"" + key + "\" must be a string");
+    *field = j.at(key).get<std::string>();
   }
   if (j.contains("source")) m.source = j.at("source").is_string() ? j.at("source").get<std::string>() : j.at("source").dump();
   if (!j.contains("plan")) throw UserError(where + ": field \"plan\" is missing (give the recipe.json of the measured run)");
@@ -53,6 +61,14 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   }
   m.peak_bytes = positive(j, "peak_bytes", where);
   m.step_seconds = positive(j, "step_seconds", where);
+  if (j.contains("peak_stage")) {
+    const auto& s = j.at("peak_stage");
+    if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() >= m.plan.parallel.pp)
+      throw UserError(where + ": \"peak_stage\" must be a pipeline stage from 0 to pp - 1 = " +
+                      std::to_string(m.plan.parallel.pp - 1));
+    if (!j.contains("peak_bytes")) throw UserError(where + ": \"peak_stage\" needs \"peak_bytes\"");
+    m.peak_stage = int(s.get<int64_t>());
+  }
   m.tflops_per_gpu = positive(j, "tflops_per_gpu", where);
   if (!m.peak_bytes && !m.step_seconds && !m.tflops_per_gpu)
     throw UserError(where + " has no measured value (give peak_bytes, step_seconds or tflops_per_gpu)");
@@ -83,16 +99,21 @@ std::vector<Measurement> load_measurements(const std::string& path) {
   return measurements_from_json(read_json_file(path, "measurements file"), path);
 }
 
-std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir) {
+std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir,
+                                               std::vector<Measurement>* impossible) {
   std::vector<MeasuredCase> out;
   out.reserve(ms.size());
   for (const Measurement& m : ms) {
-    MeasuredCase c{m, load_model(m.plan.model, data_dir), load_hardware(m.plan.hardware, data_dir)};
+    if (!m.not_modelled.empty()) continue;
+    MeasuredCase c{m, model_for_plan(load_model(m.plan.model, data_dir), m.plan), load_hardware(m.plan.hardware, data_dir)};
     try {
       require_valid_plan(c.model, c.meas.plan);
       if (const std::string e = precision_support_error(c.hw, c.meas.plan.precision); !e.empty()) throw UserError(e);
     } catch (const UserError& e) {
-      throw UserError("measurement \"" + m.id + "\": " + e.what());
+      if (!impossible) throw UserError("measurement \"" + m.id + "\": " + e.what());
+      impossible->push_back(m);
+      impossible->back().not_modelled = std::string("impossible configuration: ") + e.what();
+      continue;
     }
     out.push_back(std::move(c));
   }

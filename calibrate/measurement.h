@@ -27,8 +27,12 @@ struct Measurement {
   Plan plan;
   MeasurementScope scope = MeasurementScope::Step;
   std::optional<double> peak_bytes;
+  std::optional<int> peak_stage;  // the pipeline stage whose peak was measured (default: the largest over stages)
   std::optional<double> step_seconds;
   std::optional<double> tflops_per_gpu;
+  std::string notes;
+  std::string not_modelled;   // non-empty: the run is of something lcplan does not model (the reason); not predicted
+  std::string superseded_by;  // non-empty: an older report of the same configuration; predicted, never fitted
 };
 
 // Throws UserError naming the record and the field.
@@ -42,7 +46,10 @@ struct MeasuredCase {
   ModelSpec model;
   Hardware hw;
 };
-// Loads each plan's model (zoo name or path) and hardware from data_dir; checks each plan is valid.
-std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir);
+// Loads each plan's model (zoo name or path) and hardware from data_dir and checks each plan is valid. Measurements
+// marked not_modelled are left out (they have no model to load). A plan that breaks a rule throws UserError, unless
+// `impossible` is given: then the measurement goes there with not_modelled = "impossible configuration: <rule>".
+std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir,
+                                               std::vector<Measurement>* impossible = nullptr);
 
 }  // namespace lcplan

@@ -56,6 +56,9 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
     else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i];
     else throw UserError(name + " needs a value: " + opt->get_description());
     if (value.empty()) throw UserError(name + " needs a non-empty value: " + opt->get_description());
+    // A list option (several files) takes every following argument up to the next flag.
+    if (opt->get_items_expected_max() > 1)
+      while (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
   }
   for (const CLI::Option* opt : cmd->get_options())
     if (opt->get_required() && !given.count(opt))
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
   lcplan::cli::register_estimate(app, exit_code);
   lcplan::cli::register_search(app, exit_code);
   lcplan::register_calibrate(app, exit_code);
+  lcplan::register_validate(app, exit_code);
   try {
     check_command_line(app, argc, argv);
     app.parse(argc, argv);

@@ -34,11 +34,17 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_flag("--offload-activations", f.offload_activations, "keep saved activations in host memory");
   c->add_flag("--linear-ce", f.linear_ce_on, "stream the loss over the vocabulary instead of materializing logits");
   c->add_flag("--no-linear-ce", f.linear_ce_off, "materialize the logits before the loss");
+  c->add_flag("--a2a-overlap", f.a2a_overlap,
+              "overlap one microbatch's MoE all-to-all with another's compute (Megatron --overlap-moe-expert-parallel-comm)");
+  c->add_option("--dispatcher", f.dispatcher, "MoE token dispatcher: alltoall (default) or deepep");
+  c->add_option("--mtp-layers", f.mtp_layers, "multi-token-prediction modules trained (default: the model's)");
   c->add_option("--ep-chunks", f.ep_chunks, "chunked EP overlap: chunks per MoE layer (1 = no chunking)");
   c->add_option("--routing-imbalance", f.routing_imbalance, "busiest rank's routed tokens over the mean (1 = balanced)");
   c->add_option("--capacity-factor", f.capacity_factor, "token dropping capacity factor (0 = dropless)");
-  c->add_option("--implementation", f.implementation, "calibration profile: megatron, bumblebee or lcplan");
-  c->add_option("--calibration", f.calibration, "calibration JSON overriding the implementation's profile");
+  c->add_option("--implementation", f.implementation,
+                "the training framework whose overheads apply: megatron (default), bumblebee or lcplan-exec");
+  c->add_option("--calibration", f.calibration,
+                "calibration profile: default, a profile in data/calibration, or a JSON path (e.g. from lcplan profile)");
 }
 
 namespace {
@@ -152,6 +158,9 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   if (f.linear_ce_on && f.linear_ce_off) throw UserError("--linear-ce contradicts --no-linear-ce (give one of them)");
   if (f.linear_ce_on) p.linear_ce = true;
   if (f.linear_ce_off) p.linear_ce = false;
+  if (f.a2a_overlap) p.moe.a2a_overlap = true;
+  if (!f.dispatcher.empty()) p.moe.dispatcher = parse_dispatcher(f.dispatcher);
+  if (!f.mtp_layers.empty()) p.mtp_layers = single(f.mtp_layers, "--mtp-layers", false, 0);
   // The ranges are the plan rules' (check_plan words them for plan files too); here only "is it a number".
   if (!f.routing_imbalance.empty())
     p.moe.routing_imbalance = parse_number(f.routing_imbalance, "--routing-imbalance", -HUGE_VAL, HUGE_VAL, "1 to 64, 1 = balanced");
@@ -193,10 +202,13 @@ auto looked_up(const char* what, const std::string& name, F load) {
 
 Inputs load_inputs(Plan& plan, const std::string& calibration_override) {
   const std::string dir = data_dir();
-  const std::string cal = calibration_override.empty() ? plan.implementation : calibration_override;
-  Inputs in{looked_up("model", plan.model, [&] { return load_model(plan.model, dir); }),
+  const std::string cal = calibration_override.empty() ? "default" : calibration_override;
+  Inputs in{looked_up("model", plan.model, [&] { return model_for_plan(load_model(plan.model, dir), plan); }),
             looked_up("hardware", plan.hardware, [&] { return load_hardware(plan.hardware, dir); }),
             looked_up("calibration", cal, [&] { return load_calibration(cal, dir); })};
+  require_known_implementation(in.calibration, plan.implementation);
+  in.profile = in.calibration;
+  in.calibration = calibration_for(in.profile, in.hardware.name, plan.implementation);
   if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
   if (const std::string e = precision_support_error(in.hardware, plan.precision); !e.empty()) throw UserError(e);
   return in;

@@ -18,7 +18,9 @@ struct PlanFlags {
   std::string gpus, gpus_per_node, micro_batch, global_batch;
   std::string tp, pp, vpp, cp, ep, etp, ep_chunks, recompute_layers;  // "8" or, for search, "8,16"
   std::string routing_imbalance, capacity_factor;
-  bool linear_ce_on = false, linear_ce_off = false;  // neither: estimate keeps the plan's value, search tries both
+  std::string mtp_layers, dispatcher;
+  bool linear_ce_on = false, linear_ce_off = false;
+  bool a2a_overlap = false;  // neither: estimate keeps the plan's value, search tries both
   bool fsdp = false, dist_opt = false, no_sp = false, offload_optimizer = false, offload_activations = false;
 };
 
@@ -52,7 +54,8 @@ namespace lcplan::cli {
 struct Inputs {
   ModelSpec model;
   Hardware hardware;
-  Calibration calibration;
+  Calibration calibration;  // the profile resolved for the plan's hardware and implementation
+  Calibration profile;      // the profile as loaded (bands, overrides for other hardware)
 };
 // Also fills plan.gpus_per_node from the hardware profile when the plan leaves it at 0.
 Inputs load_inputs(Plan& plan, const std::string& calibration_override);

@@ -32,19 +32,37 @@ struct TokenShape {
   double local;   // tokens of this rank's CP shard (GEMM M after the SP all-gather)
   double hidden;  // tokens of hidden-sized tensors on this rank
   double tp;
+  double in;      // bytes per element of a GEMM input saved for the weight gradient (low precision saves it quantized)
 };
+
+// A low-precision recipe saves each GEMM's input in the GEMM's format for the weight gradient (Transformer Engine
+// keeps the quantized copy): fp8 1 byte; mxfp8 1 byte + one 8-bit scale per 32 elements; nvfp4 half a byte + one
+// 8-bit scale per 16 (OCP Microscaling spec v1.0; NVIDIA NVFP4 format description, arXiv 2509.25149).
+}  // namespace
+
+double gemm_input_bytes(Precision p) {
+  switch (p) {
+    case Precision::BF16: return kBf16;
+    case Precision::FP8: return 1.0;
+    case Precision::MXFP8: return 1.0 + 1.0 / 32;
+    case Precision::NVFP4: return 0.5 + 1.0 / 16;
+  }
+  return kBf16;
+}
+
+namespace {
 
 void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc& a) {
   const double h = m.hidden;
-  a.add(kBf16 * s.hidden * h, true);  // pre-mixer norm output (projection input, re-gathered under SP)
+  a.add(s.in * s.hidden * h, true);  // pre-mixer norm output (projection input, re-gathered under SP)
   switch (l.mixer) {
     case MixerKind::FullAttention: {
       const AttentionSpec& at = m.attn;
       const double q = at.heads / s.tp * at.head_dim, kv = at.kv_heads / s.tp * at.head_dim;
       a.add(kBf16 * s.local * (q + 2 * kv));            // q, k, v (flash attention inputs)
-      a.add(kBf16 * s.local * q);                       // attention output (o_proj input when ungated)
-      a.add(kFp32 * s.local * at.heads / s.tp, true);   // softmax log-sum-exp
-      if (at.output_gate) a.add(2 * kBf16 * s.local * q);  // gate and gated output (o_proj input)
+      a.add((at.output_gate ? kBf16 : s.in) * s.local * q);  // attention output (o_proj input when ungated)
+      a.add(kFp32 * s.local * at.heads / s.tp, true);        // softmax log-sum-exp
+      if (at.output_gate) a.add((kBf16 + s.in) * s.local * q);  // gate and gated output (o_proj input)
       break;
     }
     case MixerKind::LinearAttention: {
@@ -54,26 +72,26 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
       a.add(kBf16 * s.local * (2 * k + 2 * v + 2 * vh));  // in_proj outputs q, k, v, z, b, a
       a.add(kBf16 * s.local * (2 * k + v));               // conv1d + SiLU outputs (delta-rule inputs)
       a.add(kFp32 * s.local * 2 * vh);                    // decay g and beta in fp32
-      a.add(2 * kBf16 * s.local * v);                     // delta-rule output and gated-norm output (out_proj input)
+      a.add((kBf16 + s.in) * s.local * v);                // delta-rule output and gated-norm output (out_proj input)
       break;
     }
     case MixerKind::MLA: {
       const MlaSpec& ml = m.mla;
       const double heads = ml.heads / s.tp, qk = double(ml.qk_nope_head_dim) + ml.qk_rope_head_dim;
-      if (ml.q_lora_rank > 0) a.add(2 * kBf16 * s.local * ml.q_lora_rank);       // q_a output and its norm
-      a.add(kBf16 * s.local * (2.0 * ml.kv_lora_rank + ml.qk_rope_head_dim));    // kv_a output and its norm
+      if (ml.q_lora_rank > 0) a.add((kBf16 + s.in) * s.local * ml.q_lora_rank);  // q_a output and its norm (q_b input)
+      a.add(kBf16 * s.local * (ml.kv_lora_rank + ml.qk_rope_head_dim) + s.in * s.local * ml.kv_lora_rank);  // kv_a out, norm
       a.add(kBf16 * s.local * heads * (2 * qk + ml.v_head_dim));                  // q, k, v after up-projection
-      a.add(kBf16 * s.local * heads * ml.v_head_dim);                             // attention output (o_proj input)
+      a.add(s.in * s.local * heads * ml.v_head_dim);                              // attention output (o_proj input)
       a.add(kFp32 * s.local * heads, true);                                       // log-sum-exp
       break;
     }
   }
 }
 
-// Gated MLP on `tokens` tokens with `ffn` columns on this rank: fc1 output (gate+up) and activation output.
-void mlp_acts(const ModelSpec& m, double tokens, double ffn, Acc& a, bool moe_part) {
+// Gated MLP on `tokens` tokens with `ffn` columns on this rank: fc1 output (gate+up) and activation output (fc2 input).
+void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn, Acc& a, bool moe_part) {
   const double up = m.gated_mlp ? 2 : 1;
-  const double fc1 = kBf16 * tokens * up * ffn, act = kBf16 * tokens * ffn;
+  const double fc1 = kBf16 * tokens * up * ffn, act = s.in * tokens * ffn;
   a.add(fc1);
   a.add(act, true);
   if (moe_part) a.moe += fc1 + act;
@@ -81,18 +99,18 @@ void mlp_acts(const ModelSpec& m, double tokens, double ffn, Acc& a, bool moe_pa
 
 void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
   const double h = m.hidden;
-  a.add(kBf16 * s.hidden * h, true);  // pre-FFN norm output
+  a.add(s.in * s.hidden * h, true);  // pre-FFN norm output (fc1 / router input)
   if (l.ffn == FfnKind::Dense) {
-    mlp_acts(m, s.local, m.dense_ffn / s.tp, a, false);
+    mlp_acts(m, s, s.local, m.dense_ffn / s.tp, a, false);
     return;
   }
   const MoeSpec& e = m.moe;
   a.add(2 * kFp32 * s.hidden * e.num_experts);  // router logits and probabilities (fp32)
-  a.add(kBf16 * routed * h);                    // dispatched tokens (fc1 input)
+  a.add(s.in * routed * h);                     // dispatched tokens (fc1 input)
   a.add(kBf16 * routed * h);                    // expert output before combine (needed for the routing-weight gradient)
-  a.moe += 2 * kBf16 * routed * h;
-  mlp_acts(m, routed, double(e.expert_ffn) / p.parallel.etp, a, true);
-  if (e.shared_experts > 0) mlp_acts(m, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false);
+  a.moe += (s.in + kBf16) * routed * h;
+  mlp_acts(m, s, routed, double(e.expert_ffn) / p.parallel.etp, a, true);
+  if (e.shared_experts > 0) mlp_acts(m, s, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false);
 }
 
 double routed_token_copies(const ModelSpec& m, const Plan& p) {
@@ -139,7 +157,7 @@ GroupFacts group_facts(const RankLayout& l, Group g, int gpus_per_node) {
 }  // namespace
 
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
-  const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp)};
+  const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision)};
   Acc a;
   a.add(kBf16 * s.hidden * m.hidden);  // layer input: the residual stream (the only tensor full recompute keeps)
   const double input = a.kept;
@@ -198,6 +216,7 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
     LayerKind k;
     k.spec = l;
     k.flops = layer_forward_flops(m, l, d.seq);
+    k.traffic = layer_traffic(m, l);
     k.params = unit_params(layer_params(m, l), q);
     k.when_recomputed = layer_activation(m, p, l, true);
     k.when_kept = layer_activation(m, p, l, false);

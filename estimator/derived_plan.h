@@ -45,6 +45,7 @@ struct LayerActivation {
 struct LayerKind {
   LayerSpec spec;
   LayerFlops flops;             // forward model FLOPs of one sequence (routed experts: top_k copies per token)
+  LayerTraffic traffic;         // GEMM input/output and activation elements per token (per routed copy)
   UnitParams params;
   LayerActivation when_recomputed;  // under full recompute: only the layer input is saved
   LayerActivation when_kept;        // under the plan's recompute mode otherwise (none or selective)
@@ -112,6 +113,10 @@ struct DerivedPlan {
 
 // The plan must be valid (check_plan). `hw` supplies the node size when the plan gives none.
 DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw);
+
+// Bytes per element of a GEMM input in the plan's precision (bf16 2; fp8 1; mxfp8 and nvfp4 with their block
+// scales): how a low-precision recipe saves it for the weight gradient and dispatches it to the experts.
+double gemm_input_bytes(Precision p);
 
 // Saved activations of one layer of `layer`'s kind for one microbatch (exposed for tests).
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed);

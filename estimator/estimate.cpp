@@ -17,8 +17,21 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
   e.memory = std::move(memory);
   e.time = estimate_time(d, hw, cal);
   e.capacity_bytes = hw.hbm_bytes;
-  e.fits = e.memory.peak_bytes <= e.capacity_bytes;
-  if (!e.fits) {
+  e.peak_bytes_band = {cal.memory_band.measured_low(e.memory.peak_bytes), cal.memory_band.measured_high(e.memory.peak_bytes)};
+  e.tflops_band = {cal.time_band.measured_low(e.time.tflops_per_gpu), cal.time_band.measured_high(e.time.tflops_per_gpu)};
+  // TFLOP/s residuals carry over to step time inversely (same FLOPs): step = FLOPs / rate.
+  e.step_seconds_band = {e.time.step_seconds * e.time.tflops_per_gpu / std::max(e.tflops_band.high, 1e-300),
+                         e.time.step_seconds * e.time.tflops_per_gpu / std::max(e.tflops_band.low, 1e-300)};
+  e.band_points = cal.time_band.points;
+  e.fits_at_estimate = e.memory.peak_bytes <= e.capacity_bytes;
+  e.fits = e.peak_bytes_band.high <= e.capacity_bytes;
+  if (e.fits_at_estimate && !e.fits) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "peak %.1f GiB fits %s, but the upper end of its error band (%.1f GiB) does not",
+                  e.memory.peak_bytes / (1 << 30), hw.name.c_str(), e.peak_bytes_band.high / (1 << 30));
+    e.warnings.emplace_back(buf);
+  }
+  if (!e.fits_at_estimate) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "peak %.1f GiB on stage %d exceeds the %.1f GiB of %s", e.memory.peak_bytes / (1 << 30),
                   e.memory.peak_stage, e.capacity_bytes / (1 << 30), hw.name.c_str());
@@ -30,6 +43,8 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
     e.warnings.emplace_back(hw.name + " has no faster tensor cores for " + to_string(p.precision) + ": it runs at the bf16 rate");
   return e;
 }
+
+double peak_upper_bound(double peak_bytes, const Calibration& cal) { return cal.memory_band.measured_high(peak_bytes); }
 
 namespace {
 
@@ -74,8 +89,14 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
                  {"bubble", t.bubble},
                  {"launch_overhead", t.launch_overhead},
                  {"optimizer", t.optimizer},
-                 {"offload", t.offload}}}};
+                 {"offload", t.offload},
+                 {"step_overhead", t.step_overhead}}}};
+  j["memory"]["band"] = {{"low_bytes", e.peak_bytes_band.low}, {"high_bytes", e.peak_bytes_band.high}};
+  j["time"]["band"] = {{"low_seconds", e.step_seconds_band.low}, {"high_seconds", e.step_seconds_band.high},
+                       {"low_tflops", e.tflops_band.low}, {"high_tflops", e.tflops_band.high},
+                       {"points", e.band_points}};
   j["fits"] = e.fits;
+  j["fits_at_estimate"] = e.fits_at_estimate;
   j["warnings"] = e.warnings;
   return j;
 }
@@ -110,16 +131,26 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
                 e.memory.peak_bytes / GiB, e.memory.peak_bytes / GB, e.memory.peak_stage,
                 to_string(e.memory.peak_phase), e.capacity_bytes / GiB, e.fits ? "FITS" : "DOES NOT FIT");
   o << line;
+  if (e.band_points > 0) {
+    std::snprintf(line, sizeof line, "  error band (10th-90th percentile of the profile's validation): %.2f-%.2f GiB\n",
+                  e.peak_bytes_band.low / GiB, e.peak_bytes_band.high / GiB);
+    o << line;
+  }
   const TimeEstimate& t = e.time;
   const TimeBreakdown& b = t.breakdown;
   std::snprintf(line, sizeof line,
                 "\nTime per step: %.3f s  |  %.1f TFLOP/s per GPU (model FLOPs)  |  MFU %.1f%%  |  %.0f tokens/s per GPU\n"
-                "  compute %.3f s, recompute %.3f s, bubble %.3f s, launch %.3f s, optimizer %.3f s, offload %.3f s\n"
+                "  compute %.3f s, recompute %.3f s, bubble %.3f s, launch %.3f s, optimizer %.3f s, offload %.3f s, step %.3f s\n"
                 "  exposed comm: tp %.3f s, cp %.3f s, ep %.3f s, pp %.3f s, dp/fsdp %.3f s  (bottleneck: %s)\n",
                 t.step_seconds, t.tflops_per_gpu, 100 * t.mfu, t.tokens_per_second_per_gpu, b.compute, b.recompute,
-                b.bubble, b.launch_overhead, b.optimizer, b.offload, b.exposed_comm.tp, b.exposed_comm.cp, b.exposed_comm.ep,
+                b.bubble, b.launch_overhead, b.optimizer, b.offload, b.step_overhead, b.exposed_comm.tp, b.exposed_comm.cp, b.exposed_comm.ep,
                 b.exposed_comm.pp, b.exposed_comm.dp_fsdp, t.bottleneck.c_str());
   o << line;
+  if (e.band_points > 0) {
+    std::snprintf(line, sizeof line, "  error band: %.3f-%.3f s per step, %.0f-%.0f TFLOP/s per GPU (%d validated runs)\n",
+                  e.step_seconds_band.low, e.step_seconds_band.high, e.tflops_band.low, e.tflops_band.high, e.band_points);
+    o << line;
+  }
   for (const auto& w : e.warnings) o << "warning: " << w << "\n";
   return o.str();
 }

@@ -20,7 +20,15 @@ struct Estimate {
   MemoryEstimate memory;
   TimeEstimate time;
   double capacity_bytes = 0;  // hardware HBM
-  bool fits = false;          // peak_bytes <= capacity_bytes
+  // Error bands from the calibration profile's validation residuals (10th-90th percentile): where the measured
+  // value is expected. Equal to the estimate when the profile carries no validation.
+  struct Band {
+    double low = 0, high = 0;
+  };
+  Band peak_bytes_band, tflops_band, step_seconds_band;
+  int band_points = 0;        // validation points behind the time band (0: no band)
+  bool fits = false;          // the upper end of the peak-memory band <= capacity_bytes
+  bool fits_at_estimate = false;  // the peak itself <= capacity_bytes
   std::vector<std::string> warnings;
 };
 
@@ -32,6 +40,9 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
 
 // The design's record format (README "Estimate record").
 nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);
+
+// The upper end of a peak's band under a calibration (the peak when the profile has no memory band).
+double peak_upper_bound(double peak_bytes, const Calibration& cal);
 
 // Human-readable report: per-stage memory breakdown (GiB and GB), peak, fits, time breakdown.
 std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m, const Hardware& hw);

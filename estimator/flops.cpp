@@ -65,6 +65,53 @@ LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, doubl
   return f;
 }
 
+LayerTraffic layer_traffic(const ModelSpec& m, const LayerSpec& layer) {
+  LayerTraffic t;
+  const double h = m.hidden;
+  // Input + output width of each GEMM: the tensors a low-precision recipe quantizes (input forward, output
+  // gradient backward).
+  switch (layer.mixer) {
+    case MixerKind::FullAttention: {
+      const AttentionSpec& a = m.attn;
+      const double q = double(a.heads) * a.head_dim, kv = double(a.kv_heads) * a.head_dim;
+      t.mixer_io = (h + q * (a.output_gate ? 2 : 1) + 2 * kv) + (q + h);  // fused QKV(+gate), output projection
+      break;
+    }
+    case MixerKind::LinearAttention: {
+      const LinearAttentionSpec& g = m.linear;
+      const double k = double(g.key_heads) * g.key_head_dim, v = double(g.value_heads) * g.value_head_dim;
+      t.mixer_io = (h + 2 * k + 2 * v + 2.0 * g.value_heads) + (v + h);  // in_proj (qkvz, ba), out_proj
+      break;
+    }
+    case MixerKind::MLA: {
+      const MlaSpec& a = m.mla;
+      const double qk = double(a.qk_nope_head_dim) + a.qk_rope_head_dim;
+      const double q_in = a.q_lora_rank > 0 ? a.q_lora_rank : h;
+      t.mixer_io = (h + (a.q_lora_rank > 0 ? a.q_lora_rank : 0) + a.kv_lora_rank + a.qk_rope_head_dim)  // q_a + kv_a
+                  + (a.q_lora_rank > 0 ? q_in + a.heads * qk : 0)                                      // q_b
+                  + (a.kv_lora_rank + a.heads * (double(a.qk_nope_head_dim) + a.v_head_dim))            // kv_b
+                  + (double(a.heads) * a.v_head_dim + h);                                               // output
+      break;
+    }
+  }
+  // SwiGLU reads gate and up (2f) and writes f forward; backward reads both again and the output gradient (3f) and
+  // writes two gradients (2f): 8f elements per token. A 2-matrix MLP moves f + f forward and 3f backward.
+  const double act_per_ffn = m.gated_mlp ? 8 : 5;
+  const double up = m.gated_mlp ? 2 : 1;
+  auto mlp = [&](double ffn, double& io, double& act) {
+    io += (h + up * ffn) + (ffn + h);
+    act += act_per_ffn * ffn;
+  };
+  if (layer.ffn == FfnKind::Dense) {
+    mlp(m.dense_ffn, t.mlp_io, t.act);
+  } else {
+    const MoeSpec& e = m.moe;
+    mlp(e.expert_ffn, t.routed_gemm_io, t.routed_act);
+    if (e.shared_experts > 0) mlp(double(e.shared_experts) * e.shared_ffn, t.mlp_io, t.act);
+  }
+  return t;
+}
+
 double lm_head_forward_flops(const ModelSpec& m, double seq) { return seq * 2.0 * m.hidden * m.vocab; }
 
 double mtp_forward_flops(const ModelSpec& m, double seq) {

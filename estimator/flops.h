@@ -37,6 +37,17 @@ struct LayerFlops {
   double total() const { return proj + attn_core + linear_core + dense_mlp + router + routed + shared; }
 };
 
+// Memory traffic around one layer's GEMMs, in elements per token (per routed token copy for the experts), forward
+// and backward together: what low-precision quantization and the MLP activation read and write.
+struct LayerTraffic {
+  double mixer_io = 0;        // sum over the mixer's projection GEMMs of input + output width
+  double mlp_io = 0;          // the same for the dense MLP or the shared experts
+  double routed_gemm_io = 0;  // the same for one routed copy through one expert (fc1 and fc2)
+  double act = 0;             // MLP / shared-expert activation (SwiGLU: read gate+up, write out; backward 5 more)
+  double routed_act = 0;      // the same for one routed copy
+};
+LayerTraffic layer_traffic(const ModelSpec& m, const LayerSpec& layer);
+
 // `capacity_factor` > 0 counts routed work padded to capacity (executed FLOPs); 0 counts top_k (model FLOPs).
 LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, double seq, double capacity_factor = 0);
 

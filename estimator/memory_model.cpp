@@ -71,20 +71,22 @@ MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
 
     MemoryBreakdown stat;
     const double grad_b = cal.main_grad_bytes;
+    // bf16 weights, plus the fp8/fp4 copy a low-precision recipe keeps of them (Transformer Engine's weight cache).
+    const double param_b = kBf16 + (p.precision == Precision::BF16 ? 0.0 : cal.low_precision_weight_bytes);
     switch (p.optimizer_sharding) {
       case OptimizerSharding::None:
-        stat.params = kBf16 * (sp.dense + sp.expert);
+        stat.params = param_b * (sp.dense + sp.expert);
         stat.grads = grad_b * (sp.dense + sp.expert);
         stat.optimizer = kAdamBytes * (sp.dense + sp.expert);
         break;
       case OptimizerSharding::DistOpt:  // ZeRO-1: optimizer sharded over DP*CP (dense) and expert-DP (experts)
-        stat.params = kBf16 * (sp.dense + sp.expert);
+        stat.params = param_b * (sp.dense + sp.expert);
         stat.grads = grad_b * (sp.dense + sp.expert);
         stat.optimizer = kAdamBytes * (sp.dense / dense_shard + sp.expert / edp);
         break;
       case OptimizerSharding::Fsdp: {  // ZeRO-3: everything sharded over the same groups
         const double shard = sp.dense / dense_shard + sp.expert / edp;
-        stat.params = kBf16 * shard;
+        stat.params = param_b * shard;
         stat.grads = grad_b * shard;
         stat.optimizer = kAdamBytes * shard;
         break;

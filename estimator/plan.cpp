@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/user_error.h"
+#include "models/model_spec.h"
 
 namespace lcplan {
 
@@ -16,6 +17,11 @@ int data_parallel(const Plan& p) {
   const int64_t tp_pp = int64_t(q.tp) * q.pp;
   if (tp_pp > p.gpus) return 0;
   return static_cast<int>(p.gpus / (tp_pp * q.cp));
+}
+
+ModelSpec model_for_plan(ModelSpec m, const Plan& p) {
+  if (p.mtp_layers >= 0) m.mtp_layers = p.mtp_layers;
+  return m;
 }
 
 int effective_global_batch(const Plan& p) {
@@ -55,6 +61,13 @@ const char* to_string(Recompute v) {
     case Recompute::Full: return "full";
   }
   return "?";
+}
+
+const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::DeepEP ? "deepep" : "alltoall"; }
+MoeDispatcher parse_dispatcher(const std::string& s) {
+  if (s == "alltoall") return MoeDispatcher::AllToAll;
+  if (s == "deepep") return MoeDispatcher::DeepEP;
+  throw UserError("moe dispatcher \"" + s + "\" is not valid (use alltoall or deepep)");
 }
 
 Precision parse_precision(const std::string& s) {
@@ -149,7 +162,7 @@ Plan plan_from_json(const nlohmann::json& j) {
   check_keys(j,
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
               "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers", "offload",
-              "linear_ce", "moe", "implementation", "dp"},
+              "linear_ce", "mtp_layers", "moe", "implementation", "dp"},
              "plan");
   Plan p;
   p.model = get_string(j, "model", w, "");
@@ -204,12 +217,17 @@ Plan plan_from_json(const nlohmann::json& j) {
     p.offload.activations = get_bool(off, "activations", "plan: offload.", false);
   }
   p.linear_ce = get_bool(j, "linear_ce", w, false);
+  p.mtp_layers = get_int(j, "mtp_layers", w, -1);
+  if (p.mtp_layers < -1 || p.mtp_layers > 16)
+    throw UserError("plan: \"mtp_layers\" = " + std::to_string(p.mtp_layers) + " is out of range (valid: 0 to 16, or -1 for the model's)");
   if (j.contains("moe")) {
     const auto& m = j.at("moe");
-    check_keys(m, {"ep_chunks", "routing_imbalance", "capacity_factor"}, "plan \"moe\"");
+    check_keys(m, {"ep_chunks", "routing_imbalance", "capacity_factor", "a2a_overlap", "dispatcher"}, "plan \"moe\"");
     p.moe.ep_chunks = get_int(m, "ep_chunks", "plan: moe.", 1);
     p.moe.routing_imbalance = get_double(m, "routing_imbalance", "plan: moe.", 1.0);
     p.moe.capacity_factor = get_double(m, "capacity_factor", "plan: moe.", 0.0);
+    p.moe.a2a_overlap = get_bool(m, "a2a_overlap", "plan: moe.", false);
+    p.moe.dispatcher = parse_dispatcher(get_string(m, "dispatcher", "plan: moe.", "alltoall"));
   }
   p.implementation = get_string(j, "implementation", w, p.implementation);
   // dp may be present in emitted recipes for the reader's benefit; it must agree with the derived value.
@@ -244,8 +262,11 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   j["offload"] = {{"optimizer", p.offload.optimizer}, {"activations", p.offload.activations}};
   j["linear_ce"] = p.linear_ce;
+  if (p.mtp_layers >= 0) j["mtp_layers"] = p.mtp_layers;
   j["moe"] = {{"ep_chunks", p.moe.ep_chunks}, {"routing_imbalance", p.moe.routing_imbalance},
               {"capacity_factor", p.moe.capacity_factor}};
+  if (p.moe.a2a_overlap) j["moe"]["a2a_overlap"] = true;
+  if (p.moe.dispatcher != MoeDispatcher::AllToAll) j["moe"]["dispatcher"] = to_string(p.moe.dispatcher);
   j["implementation"] = p.implementation;
   return j;
 }

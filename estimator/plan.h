@@ -28,10 +28,20 @@ struct Offload {
   bool activations = false;
 };
 
+// Megatron-LM's token dispatchers: alltoall (NCCL all-to-all-v, every routed copy sent, bf16) or flex with DeepEP
+// (https://github.com/deepseek-ai/DeepEP: a token crosses the network once per destination node and is forwarded
+// over NVLink; the dispatch carries the fp8 expert input in low-precision recipes).
+enum class MoeDispatcher : uint8_t { AllToAll, DeepEP };
+const char* to_string(MoeDispatcher d);
+MoeDispatcher parse_dispatcher(const std::string& s);
+
 struct MoeOptions {
   int ep_chunks = 1;               // chunked EP overlap: the MoE layer's tokens split into this many chunks
   double routing_imbalance = 1.0;  // busiest rank's tokens / mean (1 = force-balanced routing)
   double capacity_factor = 0;      // 0 = dropless; > 0 = token dropping at this capacity factor
+  MoeDispatcher dispatcher = MoeDispatcher::AllToAll;  // how tokens reach the experts (Megatron --moe-token-dispatcher-type)
+  bool a2a_overlap = false;        // all-to-all of one microbatch overlapped with another's compute (Megatron
+                                   // --overlap-moe-expert-parallel-comm --delay-wgrad-compute)
 };
 
 struct Plan {
@@ -51,9 +61,13 @@ struct Plan {
   int recompute_layers = 0;             // full recompute: layers per virtual stage recomputed (0 = all)
   Offload offload;
   bool linear_ce = false;
+  int mtp_layers = -1;                  // multi-token-prediction modules trained (Megatron --mtp-num-layers); -1 = the model's
   MoeOptions moe;
   std::string implementation = "megatron";  // calibration profile name
 };
+
+// The model the plan trains: `m` with the plan's MTP module count applied (when the plan gives one).
+ModelSpec model_for_plan(ModelSpec m, const Plan& p);
 
 // Derived sizes every consumer needs; computed once from a valid plan.
 int data_parallel(const Plan& p);           // gpus / (tp*pp*cp)

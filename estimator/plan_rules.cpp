@@ -26,6 +26,7 @@ const char* rule_name(Rule r) {
     case Rule::MoeChunks: return "ep_chunks_valid";
     case Rule::MoeRouting: return "moe_routing_valid";
     case Rule::RecomputeLayers: return "recompute_layers_valid";
+    case Rule::A2aOverlap: return "a2a_overlap_valid";
     case Rule::Count: break;
   }
   return "?";
@@ -150,6 +151,13 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) +
                                            " is out of range (valid: 0 = all, up to the " + std::to_string(per_chunk) +
                                            " layers of a virtual stage)");
+  if (p.moe.a2a_overlap && (!moe || q.ep == 1))
+    return fail(Rule::A2aOverlap, "moe.a2a_overlap needs a MoE model with ep > 1 (there is no expert all-to-all to overlap)");
+  // Megatron-LM overlaps one microbatch's all-to-all with another's compute only in the combined 1F1B schedule,
+  // which needs pp = 1 or a virtual pipeline (megatron/training/arguments.py, --overlap-moe-expert-parallel-comm).
+  if (p.moe.a2a_overlap && q.pp > 1 && q.vpp == 1)
+    return fail(Rule::A2aOverlap, "moe.a2a_overlap needs pp = 1 or vpp > 1 (Megatron's combined 1F1B schedule); pp = " +
+                                      std::to_string(q.pp) + " with vpp = 1");
   if (p.recompute_layers > 0 && p.recompute != Recompute::Full)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) + " needs recompute = full");
   return std::nullopt;

@@ -53,15 +53,22 @@ namespace {
 struct KernelRates {
   const Hardware& hw;
   const Calibration& cal;
-  double gemm_peak;      // peak of the plan's precision for GEMMs (FP8 applies to GEMMs only)
-  double gemm_scale;     // FP8 efficiency ratio of dense GEMMs (1 in bf16)
-  double grouped_scale;  // FP8 efficiency ratio of grouped expert GEMMs (1 in bf16)
+  double gemm_peak;      // peak of the plan's precision for GEMMs (low precision applies to GEMMs only)
+  double gemm_scale;     // efficiency of the plan's precision relative to bf16 (1 in bf16)
+  double grouped_scale;  // the same for grouped expert GEMMs
+  double quantize_bytes; // HBM bytes per GEMM input/output element to quantize it (0 in bf16)
 
   KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_) : hw(hw_), cal(cal_) {
     gemm_peak = gemm_peak_flops(hw, p.precision);
-    const bool low = gemm_peak > hw.peak_bf16_flops;  // a faster format than bf16 on this hardware
-    gemm_scale = low ? cal.fp8_gemm_efficiency_ratio : 1.0;
-    grouped_scale = low ? cal.fp8_grouped_gemm_efficiency_ratio : 1.0;
+    const bool low = p.precision != Precision::BF16;
+    switch (p.precision) {
+      case Precision::BF16: gemm_scale = grouped_scale = 1.0; break;
+      case Precision::FP8: gemm_scale = cal.fp8_gemm_ratio, grouped_scale = cal.fp8_grouped_gemm_ratio; break;
+      case Precision::MXFP8: gemm_scale = cal.mxfp8_gemm_ratio, grouped_scale = cal.mxfp8_grouped_gemm_ratio; break;
+      case Precision::NVFP4: gemm_scale = cal.nvfp4_gemm_ratio, grouped_scale = cal.nvfp4_grouped_gemm_ratio; break;
+    }
+    if (gemm_peak <= hw.peak_bf16_flops) gemm_scale = grouped_scale = 1.0;  // no faster tensor cores: the bf16 rate
+    quantize_bytes = low ? cal.quantize_bytes_per_element : 0.0;
   }
   double gemm(double flops, double tokens) const {
     return flops / (gemm_peak * gemm_scale * efficiency_curve(cal.gemm_efficiency, cal.gemm_half_tokens, tokens));
@@ -70,9 +77,15 @@ struct KernelRates {
     return flops / (gemm_peak * grouped_scale *
                     efficiency_curve(cal.grouped_gemm_efficiency, cal.grouped_gemm_half_tokens, tokens_per_expert));
   }
-  double attention(double flops, double local_seq) const {
-    return flops / (hw.peak_bf16_flops * efficiency_curve(cal.attention_efficiency, cal.attention_half_seq, local_seq));
+  // Flash attention reaches a lower fraction of peak at small head dims: FlashAttention-3 (arXiv 2407.08608,
+  // figures 5-7) runs head dim 64 at about 3/4 of head dim 128's rate; dims of 128 and more are the calibrated rate.
+  double attention(double flops, double local_seq, double head_dim) const {
+    const double dim_factor = std::min(1.0, 1.5 * head_dim / (head_dim + 64));
+    return flops / (hw.peak_bf16_flops * dim_factor *
+                    efficiency_curve(cal.attention_efficiency, cal.attention_half_seq, local_seq));
   }
+  // Quantizing `elements` GEMM inputs/outputs (memory-bound; 0 in bf16).
+  double quantize(double elements) const { return memory_bound(quantize_bytes * elements); }
   double linear_attention(double flops) const { return flops / (hw.peak_bf16_flops * cal.linear_attention_efficiency); }
   double memory_bound(double bytes) const { return bytes / (hw.hbm_bandwidth * cal.hbm_efficiency); }
   double collective(Collective c, double bytes, const GroupFacts& g) const {
@@ -111,10 +124,10 @@ const moe::ChunkSchedule& schedule_for(int chunks, bool shared_expert) {
   return table[2 * (chunks - 1) + (shared_expert ? 1 : 0)];
 }
 
-// Any MoE kind's forward FLOPs (the FFN part is the same in every MoE layer).
-const LayerFlops* moe_flops(const DerivedPlan& d) {
+// Any MoE kind (the FFN part is the same in every MoE layer).
+const LayerKind* moe_kind(const DerivedPlan& d) {
   for (const LayerKind& k : d.kinds)
-    if (k.spec.ffn == FfnKind::MoE) return &k.flops;
+    if (k.spec.ffn == FfnKind::MoE) return &k;
   return nullptr;
 }
 
@@ -124,29 +137,57 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   const MoeSpec& e = m.moe;
   const double h = m.hidden;
   const int n = d.moe_chunks;
-  const LayerFlops& lf = *moe_flops(d);
+  const LayerFlops& lf = moe_kind(d)->flops;
   const bool dropping = d.plan->moe.capacity_factor > 0;
   const double sp_tp = d.sequence_parallel ? d.tp.size : 1.0;
   const double copies = d.routed_tokens;  // routed token copies on this rank, busiest rank's load
   const double flops_per_copy = lf.routed / (d.seq * e.top_k) / d.plan->parallel.etp;
 
-  // Router (SP-local tokens, full weights) and shared experts (TP-sharded, gathered tokens): plain GEMMs.
+  const LayerTraffic& tr = moe_kind(d)->traffic;
+  const double etp = d.plan->parallel.etp;
+  // Router (SP-local tokens, full weights) and shared experts (TP-sharded, gathered tokens): plain GEMMs, the shared
+  // expert with its quantization and activation traffic (split 3:5 and 1:1 forward:backward by element count).
   const double router = rate.gemm(lf.router * d.sequence_share / sp_tp, d.hidden_tokens);
-  const double shared = lf.shared > 0 ? rate.gemm(lf.shared * d.sequence_share / d.tp.size, d.local_tokens) : 0;
-  // n smaller grouped GEMMs, each over a chunk's tokens per local expert.
-  const double routed = rate.grouped_gemm(copies * flops_per_copy, d.tokens_per_local_expert / n) * n;
+  const double shared_io = tr.mlp_io * d.local_tokens / d.tp.size, shared_act = tr.act * d.local_tokens / d.tp.size;
+  const double shared_fwd = lf.shared > 0 ? rate.gemm(lf.shared * d.sequence_share / d.tp.size, d.local_tokens) +
+                                                rate.quantize(shared_io / 2) + rate.memory_bound(kBf16 * shared_act * 3 / 8)
+                                          : 0;
+  const double shared_bwd = lf.shared > 0 ? 2 * rate.gemm(lf.shared * d.sequence_share / d.tp.size, d.local_tokens) +
+                                                rate.quantize(shared_io / 2) + rate.memory_bound(kBf16 * shared_act * 5 / 8)
+                                          : 0;
+  // n smaller grouped GEMMs, each over a chunk's tokens per local expert, plus the routed copies' quantization and
+  // activation traffic (the expert ffn is split over etp ranks).
+  const double routed = rate.grouped_gemm(copies * flops_per_copy, d.tokens_per_local_expert / n);  // all n chunks
+  const double routed_quant = rate.quantize(tr.routed_gemm_io / etp * copies);
+  const double routed_act = rate.memory_bound(kBf16 * tr.routed_act / etp * copies);
   // Permutation before dispatch and weighted unpermutation after combine: memory-bound passes over the copies.
   const double permute = rate.memory_bound(cal.moe_permute_passes * copies * h * kBf16) / 2;
   // Per chunk: one all-to-all call, its fixed cost (DeepEP-style launch and layout, FSMoE's alpha) plus bytes.
   // Per layer forward, dropless routing needs the token counts on the host to size its buffers (a count exchange +
   // device-to-host sync); token dropping pads every expert to capacity, so its shapes are static and it skips it.
-  const double a2a =
-      d.ep.size > 1 ? cal.a2a_latency + rate.collective(Collective::AllToAll, copies / n * h * kBf16, d.ep) : 0;
+  // The alltoall dispatcher sends every routed copy in bf16. DeepEP sends the forward dispatch in the GEMM input
+  // format and, across nodes, each token once per destination node (forwarded inside the node over NVLink): with
+  // top_k experts spread evenly over N nodes a token reaches N (1 - (1 - 1/N)^k) distinct nodes on average, of which
+  // a share (N-1)/N is remote.
+  const bool deepep = d.plan->moe.dispatcher == MoeDispatcher::DeepEP;
+  const double nodes = d.ep.nodes, k = e.top_k;
+  const double remote_per_copy =
+      nodes > 1 ? (deepep ? nodes * (1 - std::pow(1 - 1 / nodes, k)) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
+  auto a2a_of = [&](double bytes_per_element) {
+    if (d.ep.size <= 1) return 0.0;
+    const double bytes = copies / n * h * bytes_per_element;
+    const double nvl = rate.hw.nvlink_bandwidth * cal.a2a_nvlink_efficiency;
+    if (nodes <= 1) return cal.a2a_latency + cal.nvlink_latency + bytes * (d.ep.size - 1) / d.ep.size / nvl;
+    const double off_node = bytes * remote_per_copy, on_node = bytes * (d.ep.size - 1) / d.ep.size - bytes * (nodes - 1) / nodes;
+    return cal.a2a_latency + cal.network_latency + std::max(off_node / (rate.hw.network_bandwidth * cal.a2a_network_efficiency),
+                                      std::max(on_node, 0.0) / nvl);
+  };
+  const double dispatch = a2a_of(deepep ? gemm_input_bytes(d.plan->precision) : kBf16), a2a = a2a_of(kBf16);
   const double sync = dropping ? 0 : cal.moe_sync_seconds;
   const double floor = cal.kernels_per_moe_chunk * cal.launch_seconds;  // kernels of one chunk's expert step
   // Without chunking the expert backward runs dgrad and wgrad back to back (no delayed wgrad, Megatron's default).
   const bool delayed_wgrad = n > 1;
-  const moe::ChunkSchedule& sched = schedule_for(n, shared > 0);
+  const moe::ChunkSchedule& sched = schedule_for(n, lf.shared > 0);
   using moe::StepOp;
   using Seconds = std::pair<double, double>;  // {time, floor}
   std::array<double, 64> end{};  // schedules have at most 2 + 5*kMaxChunks + 2 steps per pass
@@ -155,9 +196,10 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
       case StepOp::Route: return {router, 0};
       case StepOp::Counts: return {sync, 0};
       case StepOp::Permute: case StepOp::Unpermute: return {permute / n, 0};
-      case StepOp::Dispatch: case StepOp::Combine: return {a2a, 0};
-      case StepOp::SharedFwd: return {shared, 0};
-      case StepOp::ExpertFwd: return {routed / n, floor};
+      case StepOp::Dispatch: return {dispatch, 0};
+      case StepOp::Combine: return {a2a, 0};
+      case StepOp::SharedFwd: return {shared_fwd, 0};
+      case StepOp::ExpertFwd: return {(routed + routed_quant / 2 + routed_act * 3 / 8) / n, floor};
       default: return {0, 0};
     }
   }, end.data());
@@ -165,8 +207,9 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
     switch (st.op) {
       case StepOp::UnpermuteBwd: case StepOp::PermuteBwd: return {2 * permute / n, 0};
       case StepOp::CombineBwd: case StepOp::DispatchBwd: return {a2a, 0};
-      case StepOp::SharedBwd: return {2 * shared, 0};
-      case StepOp::ExpertDgrad: return {(delayed_wgrad ? 1 : 2) * routed / n, 2 * floor};
+      case StepOp::SharedBwd: return {shared_bwd, 0};
+      case StepOp::ExpertDgrad:
+        return {((delayed_wgrad ? 1 : 2) * routed + routed_quant / 2 + routed_act * 5 / 8) / n, 2 * floor};
       case StepOp::ExpertWgrad: return {delayed_wgrad ? routed : 0, 0};
       case StepOp::RouterBwd: return {2 * router, 0};
       default: return {0, 0};
@@ -197,7 +240,9 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   double fwd = rate.gemm(lf.proj * share, d.local_tokens);  // non-MoE forward GPU compute
   double core_fwd = 0, core_bwd = 0;
   if (lf.attn_core > 0) {
-    core_fwd = rate.attention(lf.attn_core * share, d.local_tokens);
+    const double head_dim = kind.spec.mixer == MixerKind::MLA ? double(m.mla.qk_nope_head_dim) + m.mla.qk_rope_head_dim
+                                                              : m.attn.head_dim;
+    core_fwd = rate.attention(lf.attn_core * share, d.local_tokens, head_dim);
     core_bwd = 2.5 * core_fwd;  // flash attention backward runs 5 matmuls to the forward's 2 (FlashAttention-2 paper)
   } else if (lf.linear_core > 0) {
     core_fwd = rate.linear_attention(lf.linear_core * share);
@@ -205,8 +250,15 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   }
   if (lf.dense_mlp > 0) fwd += rate.gemm(lf.dense_mlp * share, d.local_tokens);
   fwd += rate.memory_bound(cal.elementwise_passes * d.hidden_tokens * h * kBf16);
-  const double bwd = 2 * fwd + core_bwd;  // backward = dgrad + wgrad for GEMMs, 2x for elementwise
+  double bwd = 2 * fwd + core_bwd;  // backward = dgrad + wgrad for GEMMs, 2x for elementwise
   fwd += core_fwd;
+  // Quantization of GEMM inputs (forward) and output gradients (backward) in low precision, and the dense MLP's
+  // activation traffic (3 of its 8 elements per token forward); the MoE layer costs its own (moe_time).
+  const LayerTraffic& tr = kind.traffic;
+  const double io = (tr.mixer_io + (lf.dense_mlp > 0 ? tr.mlp_io : 0)) * d.local_tokens / tp;
+  const double act = lf.dense_mlp > 0 ? tr.act * d.local_tokens / tp : 0;
+  fwd += rate.quantize(io / 2) + rate.memory_bound(kBf16 * act * 3 / 8);
+  bwd += rate.quantize(io / 2) + rate.memory_bound(kBf16 * act * 5 / 8);
 
   // TP: Megatron SP all-gather before and reduce-scatter after each TP block (or all-reduce without SP),
   // forward and backward alike (Korthikanti et al. 2022 section 4.2.2). MoE without shared experts has no TP block.
@@ -264,17 +316,19 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   // Cross-microbatch all-to-all overlap (Megatron --overlap-moe-expert-parallel-comm) hides a further share.
   // It pairs one microbatch's forward with another's backward, which full recompute does not support (article
   // section 2.4: the reason chunked EP exists), so recomputed layers get none of it.
-  const double ep_overlap = recomputed ? 0.0 : cal.ep_overlap;
+  // It can hide at most the other microbatch's compute of this layer.
+  const double ep_overlap = recomputed || !d.plan->moe.a2a_overlap ? 0.0 : cal.ep_overlap;
   const double ep_exposed = moe_layer ? moe.exposed_comm_forward + moe.exposed_comm_backward : 0;
-  k.ep = (1 - ep_overlap) * ep_exposed;
-  k.compute += cal.interference * ep_overlap * ep_exposed;
+  const double ep_hidden = std::min(ep_overlap * ep_exposed, k.forward + k.backward);
+  k.ep = ep_exposed - ep_hidden;
+  k.compute += cal.interference * ep_hidden;
   k.launch = launch_fwd + launch_bwd + (moe_layer ? moe.launch_forward + moe.launch_backward : 0);
   if (recomputed) {
     // Full recompute replays the forward, its collectives and its all-to-alls (x2 EP traffic).
     k.recompute = k.forward;
     k.tp += tp_exposed;
     k.cp += cp_exposed_fwd;
-    k.ep += moe_layer ? (1 - ep_overlap) * moe.exposed_comm_forward : 0;
+    k.ep += moe_layer ? moe.exposed_comm_forward : 0;  // the replayed forward is not paired with another microbatch
     k.launch += launch_fwd + (moe_layer ? moe.launch_forward : 0);
   } else if (d.plan->recompute == Recompute::Selective) {
     k.recompute = core_fwd;  // selective recompute replays core attention (Korthikanti et al. 2022)
@@ -422,8 +476,9 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
     br.offload = mb * std::max(0.0, copy - cal.dp_overlap * (c.forward + c.backward + c.recompute));
   }
 
+  br.step_overhead = cal.step_overhead_seconds;
   out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
-                     br.offload;
+                     br.offload + br.step_overhead;
   out.model_flops_per_step = d.model_flops_per_step;
   const double peak = gemm_peak_flops(hw, p.precision);
   out.tflops_per_gpu = out.model_flops_per_step / out.step_seconds / p.gpus / 1e12;
@@ -436,7 +491,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
       {"exposed_comm.tp", br.exposed_comm.tp},
       {"exposed_comm.cp", br.exposed_comm.cp}, {"exposed_comm.ep", br.exposed_comm.ep}, {"exposed_comm.pp", br.exposed_comm.pp},
       {"exposed_comm.dp_fsdp", br.exposed_comm.dp_fsdp}, {"bubble", br.bubble}, {"launch_overhead", br.launch_overhead},
-      {"optimizer", br.optimizer}, {"offload", br.offload}};
+      {"optimizer", br.optimizer}, {"offload", br.offload}, {"step_overhead", br.step_overhead}};
   const auto* top = std::max_element(std::begin(terms), std::end(terms),
                                      [](const auto& a, const auto& b) { return a.second < b.second; });
   out.bottleneck = top->first;

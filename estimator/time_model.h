@@ -26,6 +26,7 @@ struct TimeBreakdown {
   double launch_overhead = 0;  // per-kernel launch floor x kernel count not hidden by long kernels (s)
   double optimizer = 0;        // optimizer step, on the host when offloaded (s)
   double offload = 0;          // exposed host<->device copies of offloaded state (s)
+  double step_overhead = 0;    // fixed host time per step outside the layers (s)
 };
 
 struct TimeEstimate {

@@ -29,7 +29,13 @@ const World& world() {
     const std::string dir = data_dir();
     for (const auto& n : zoo_names(dir)) w.models.push_back(load_model(n, dir));
     for (const auto& n : hardware_names(dir)) w.hardware.push_back(load_hardware(n, dir));
-    for (const char* n : {"megatron", "bumblebee", "lcplan"}) w.calibrations.push_back(load_calibration(n, dir));
+    const Calibration profile = load_calibration("default", dir);
+    for (const char* n : {"megatron", "bumblebee"}) {
+      w.calibrations.push_back(calibration_for(profile, "h100-sxm-80gb", n));
+      w.calibrations.back().name = n;
+    }
+    w.calibrations.push_back(load_calibration("priors", dir));
+    w.calibrations.back().name = "lcplan-exec";
     return w;
   }();
   return w;

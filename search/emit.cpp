@@ -51,6 +51,21 @@ const char* kHeader =
 
 nlohmann::json candidate_json(const Candidate& c) { return estimate_to_json(c.estimate, c.plan); }
 
+// Plans whose throughput lies inside the first plan's error band cannot be told apart by the model: say how many.
+std::string within_band_note(const std::vector<Candidate>& top) {
+  if (top.size() < 2 || top.front().estimate.band_points == 0) return "";
+  const Estimate& best = top.front().estimate;
+  size_t n = 1;
+  while (n < top.size() && top[n].estimate.tflops_band.high >= best.time.tflops_per_gpu) ++n;
+  if (n < 2) return "";
+  char buf[300];
+  std::snprintf(buf, sizeof buf,
+                "  plans 1-%zu are closer than their error bands (%.0f-%.0f TFLOP/s for plan 1): the model cannot rank "
+                "them; measure them (lcplan tune) before choosing\n",
+                n, best.tflops_band.low, best.tflops_band.high);
+  return buf;
+}
+
 }  // namespace
 
 std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, bool explain_rejects, int pareto_rows) {
@@ -73,6 +88,7 @@ std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, boo
   if (!r.top.empty()) {
     o << "\nbest plans (tokens/s per GPU; TFLOP/s = model FLOPs per GPU; peak = per-GPU peak over stages):\n" << kHeader;
     for (size_t i = 0; i < r.top.size(); ++i) o << row(r.top[i], int(i) + 1);
+    o << within_band_note(r.top);
   }
   if (!r.pareto.empty() && pareto_rows > 0) {
     o << "\nPareto front (peak memory vs throughput):\n" << kHeader;

@@ -82,7 +82,7 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       r.smallest_peak.plan = p;
       r.smallest_peak.estimate.memory = mem;
     }
-    if (mem.peak_bytes > budget) {
+    if (peak_upper_bound(mem.peak_bytes, cal) > budget) {  // fits only when the upper end of its band fits
       ++r.rejects[kMemoryReject];
       return;
     }
@@ -125,7 +125,7 @@ std::string explain_infeasible(const SearchResult& r, const Hardware& hw, const 
     const Plan& p = r.smallest_peak.plan;
     const MemoryEstimate& mem = r.smallest_peak.estimate.memory;
     std::snprintf(buf, sizeof buf,
-                  "no plan fits: memory is the tightest constraint; the smallest peak found is %.1f GiB "
+                  "no plan fits: memory is the tightest constraint; the smallest peak found is %.1f GiB (before its error band) "
                   "(tp %d pp %d cp %d ep %d, %s, recompute %s) against %.1f GiB usable on %s (%.1f GiB headroom)",
                   mem.peak_bytes / (1 << 30), p.parallel.tp, p.parallel.pp, p.parallel.cp, p.parallel.ep,
                   to_string(p.optimizer_sharding), to_string(p.recompute), (hw.hbm_bytes - opt.headroom_bytes) / (1 << 30),

@@ -13,7 +13,8 @@ namespace {
 
 void BM_MemoryEstimate(benchmark::State& state, const char* model, int gpus, int tp, int pp, int cp, int ep) {
   const lcplan::ModelSpec m = lcplan::load_model(model, lcplan::data_dir());
-  const lcplan::Calibration cal = lcplan::load_calibration("bumblebee", lcplan::data_dir());
+  const lcplan::Calibration cal =
+      lcplan::calibration_for(lcplan::load_calibration("default", lcplan::data_dir()), "h100-sxm-80gb", "bumblebee");
   const lcplan::Hardware hw = lcplan::load_hardware("h100-sxm-80gb", lcplan::data_dir());
   lcplan::Plan p;
   p.model = model;

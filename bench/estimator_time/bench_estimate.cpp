@@ -20,7 +20,7 @@ std::string data() {
 void run(benchmark::State& state, const char* model, lcplan::Plan p) {
   const lcplan::ModelSpec m = lcplan::load_model(model, data());
   const lcplan::Hardware hw = lcplan::load_hardware("h100-sxm-80gb", data());
-  const lcplan::Calibration cal = lcplan::load_calibration(p.implementation, data());
+  const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", data()), hw.name, p.implementation);
   p.model = model;
   for (auto _ : state) {
     const lcplan::DerivedPlan d = lcplan::derive_plan(m, p, hw);  // once per plan, as the search does

@@ -13,7 +13,7 @@ void BM_Search(benchmark::State& state, const char* model, int gpus, int64_t seq
   const std::string dir = lcplan::data_dir();
   const lcplan::ModelSpec m = lcplan::load_model(model, dir);
   const lcplan::Hardware hw = lcplan::load_hardware("h100-sxm-80gb", dir);
-  const lcplan::Calibration cal = lcplan::load_calibration("megatron", dir);
+  const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir), "h100-sxm-80gb", "megatron");
   lcplan::Plan base;
   base.model = model;
   base.gpus = gpus;

@@ -1,7 +1,7 @@
 // Measurement files: bad input gets one clear sentence; the fit refuses more coefficients than measured values.
 #include <gtest/gtest.h>
 
-#include "calibrate/calibrate_fit.h"
+#include "calibrate/measurement.h"
 #include "common/data_dir.h"
 #include "common/user_error.h"
 
@@ -57,44 +57,30 @@ TEST(Measurement, MissingValuesAreErrors) {
   EXPECT_NE(error_of(nlohmann::json::array()).find("no measurements"), std::string::npos);
 }
 
-TEST(Measurement, FitRefusesMoreCoefficientsThanValues) {
-  const auto cs = resolve_measurements(measurements_from_json(nlohmann::json::array({good()}), "runs.json"), data_dir());
-  const Calibration start = load_calibration("megatron", data_dir());
-  FitOptions opt;
-  opt.keys = {"time.gemm_efficiency", "time.fp8_gemm_efficiency_ratio"};
-  try {
-    fit_calibration(cs, start, opt);
-    FAIL() << "expected a UserError";
-  } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot fit 2 free coefficients to 1 measured values"), std::string::npos) << e.what();
-  }
-  opt.keys = {"time.bogus"};
-  EXPECT_THROW(fit_calibration(cs, start, opt), UserError);
-  opt.keys = {"time.kernels_per_layer"};  // a structural count, not fittable
-  EXPECT_THROW(fit_calibration(cs, start, opt), UserError);
-}
-
-TEST(Measurement, FitRecoversAKnownCoefficient) {
-  // Synthetic data from a known calibration: the fit must find the value it was generated with.
-  Calibration truth = load_calibration("megatron", data_dir());
-  truth.gemm_efficiency = 0.62;
-  nlohmann::json runs = nlohmann::json::array();
-  for (int seq : {2048, 8192}) {
-    auto j = good();
-    j["id"] = "s" + std::to_string(seq);
-    j["plan"]["seq_len"] = seq;
-    runs.push_back(j);
-  }
-  auto cs = resolve_measurements(measurements_from_json(runs, "runs.json"), data_dir());
-  for (auto& c : cs) c.meas.tflops_per_gpu = predict(c, Quantity::TflopsPerGpu, truth);
-  Calibration start = truth;
-  start.gemm_efficiency = 0.4;
-  FitOptions opt;
-  opt.keys = {"time.gemm_efficiency"};
-  const FitResult r = fit_calibration(cs, start, opt);
-  EXPECT_NEAR(r.calibration.gemm_efficiency, 0.62, 1e-4);
-  EXPECT_LT(r.mape, 1e-5);
-  EXPECT_EQ(r.calibration.provenance.at("time.gemm_efficiency").rfind("fitted: 2 points", 0), 0u);
+TEST(Measurement, SupersededNotModelledAndPeakStage) {
+  auto j = good();
+  j["superseded_by"] = "r2";
+  j["peak_bytes"] = 5e10;
+  j["peak_stage"] = 0;
+  const auto ms = measurements_from_json(nlohmann::json::array({j}), "runs.json");
+  EXPECT_EQ(ms[0].superseded_by, "r2");
+  EXPECT_EQ(*ms[0].peak_stage, 0);
+  auto k = good();
+  k["peak_stage"] = 3;  // the plan has pp 1
+  EXPECT_NE(error_of(nlohmann::json::array({k})).find("pp - 1 = 0"), std::string::npos);
+  auto n = good();
+  n["not_modelled"] = "a Mamba hybrid";
+  n["plan"]["model"] = "no-such-model";
+  const auto nm = measurements_from_json(nlohmann::json::array({n}), "runs.json");
+  std::vector<Measurement> impossible;
+  EXPECT_TRUE(resolve_measurements(nm, data_dir(), &impossible).empty());  // not loaded, no error
+  auto bad = good();
+  bad["plan"]["parallel"] = {{"tp", 3}};
+  std::vector<Measurement> refused;
+  EXPECT_TRUE(resolve_measurements(measurements_from_json(nlohmann::json::array({bad}), "runs.json"), data_dir(), &refused).empty());
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].not_modelled.rfind("impossible configuration: tp = 3", 0), 0u) << refused[0].not_modelled;
+  EXPECT_THROW(resolve_measurements(measurements_from_json(nlohmann::json::array({bad}), "runs.json"), data_dir()), UserError);
 }
 
 }  // namespace

@@ -211,7 +211,7 @@ std::vector<Bad> bad_invocations() {
       {"unknown model", {"estimate", "--model", "qwen3.5", "--gpus", "32", "--seq", "128k"}, {"qwen3.5", "qwen3.5-35b-a3b"}},
       {"unknown hardware", est({"--hardware", "h1000"}), {"h1000"}},
       {"hardware name too long for a file name", est({"--hardware", std::string(300, 'h')}), {"hardware", "too long"}},
-      {"implementation name too long for a file name", est({"--implementation", std::string(300, 'm')}),
+      {"calibration name too long for a file name", est({"--calibration", std::string(300, 'm')}),
        {"calibration", "too long"}},
       {"unknown implementation", est({"--implementation", "deepspeed"}), {"deepspeed"}},
       {"malformed config.json", {"estimate", "--model", path("bad_config.json"), "--gpus", "8", "--seq", "4k"}, {"hidden_size"}},

@@ -74,7 +74,7 @@ Plan random_plan(const Ctx& c, std::mt19937_64& rng) {
   p.model = m.name;
   p.hardware = c.hw.name;
   p.gpus_per_node = 8;
-  p.implementation = pick(rng, std::vector<std::string>{"megatron", "bumblebee", "lcplan"});
+  p.implementation = pick(rng, std::vector<std::string>{"megatron", "bumblebee", "lcplan-exec"});
   p.parallel.tp = pick(rng, std::vector<int>{1, 1, 2, 4, 8});
   p.parallel.pp = pick(rng, divisors_upto(int(m.layers.size()), 16));
   p.parallel.vpp = p.parallel.pp > 1 ? pick(rng, std::vector<int>{1, 1, 2, 3, 4}) : 1;
@@ -438,7 +438,14 @@ TEST_P(Invariants, HoldOnRandomValidPlans) {
   c.m = load_model(GetParam(), dir);
   c.hw = load_hardware("h100-sxm-80gb", dir);
   c.hw.hbm_bytes = 1e30;  // every plan "fits", so the pinned search always returns it
-  for (const char* n : {"megatron", "bumblebee", "lcplan"}) c.cals.push_back(load_calibration(n, dir));
+  // The shipped profile resolved for each implementation, and the priors (named after the implementation they serve).
+  const Calibration profile = load_calibration("default", dir);
+  for (const char* n : {"megatron", "bumblebee"}) {
+    c.cals.push_back(calibration_for(profile, c.hw.name, n));
+    c.cals.back().name = n;
+  }
+  c.cals.push_back(load_calibration("priors", dir));
+  c.cals.back().name = "lcplan-exec";
   const int plans = env_int("LCPLAN_INVARIANT_PLANS", LCPLAN_INVARIANT_DEFAULT_PLANS);
   const uint64_t seed = uint64_t(env_int("LCPLAN_INVARIANT_SEED", 7)) * 1000003 + fnv1a(GetParam());
   std::mt19937_64 rng(seed);

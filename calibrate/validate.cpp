@@ -1,0 +1,265 @@
+#include "calibrate/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "common/user_error.h"
+
+namespace lcplan {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The quantity a row is judged on: TFLOP/s per GPU when measured, else step time; memory separately.
+std::vector<Quantity> quantities_of(const Measurement& m) {
+  std::vector<Quantity> q;
+  if (m.tflops_per_gpu) q.push_back(Quantity::TflopsPerGpu);
+  else if (m.step_seconds) q.push_back(Quantity::StepSeconds);
+  if (m.peak_bytes) q.push_back(Quantity::PeakBytes);
+  return q;
+}
+
+double measured_of(const Measurement& m, Quantity q) {
+  switch (q) {
+    case Quantity::PeakBytes: return *m.peak_bytes;
+    case Quantity::StepSeconds: return *m.step_seconds;
+    case Quantity::TflopsPerGpu: return *m.tflops_per_gpu;
+  }
+  return kNaN;
+}
+
+// The start of an out-of-sample refit: the profile with every fitted coefficient back at its prior and no fitted
+// overrides, so nothing learnt from the rows left out leaks into their prediction.
+Calibration refit_start(const Calibration& profile, const Calibration& priors, const FitSpec& spec) {
+  Calibration s = profile;
+  for (const std::string& key : spec.keys) {
+    const CoefficientInfo* info = find_coefficient(key);
+    s.*(info->member) = priors.*(info->member);
+  }
+  for (const std::string& key : spec.per_hardware)
+    for (auto& [name, over] : s.per_hardware) over.erase(key);
+  for (const std::string& key : spec.per_implementation)
+    for (auto& [name, over] : s.per_implementation) {
+      over.erase(key);
+      if (auto it = priors.per_implementation.find(name); it != priors.per_implementation.end())
+        if (auto o = it->second.find(key); o != it->second.end()) over[key] = o->second;
+    }
+  return s;
+}
+
+double mean_abs(const std::vector<double>& v) {
+  double s = 0;
+  int n = 0;
+  for (double x : v)
+    if (std::isfinite(x)) s += std::abs(x), ++n;
+  return n ? s / n : kNaN;
+}
+
+double quantile(std::vector<double> v, double q) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t i = size_t(pos);
+  return i + 1 < v.size() ? v[i] + (pos - i) * (v[i + 1] - v[i]) : v[i];
+}
+
+// Refits without the cases whose `group_of` is `left_out` and predicts those cases.
+void predict_left_out(const std::vector<MeasuredCase>& cases, const Calibration& start, const Calibration& priors,
+                      const FitSpec& spec, const std::string& left_out,
+                      std::string (*group_of)(const MeasuredCase&), std::vector<ValidationRow>& rows,
+                      double ValidationRow::*field, const std::vector<std::pair<size_t, Quantity>>& index) {
+  std::vector<MeasuredCase> rest;
+  for (const MeasuredCase& c : cases)
+    if (group_of(c) != left_out) rest.push_back(c);
+  FitOptions o;
+  o.spec = spec;
+  o.leave_one_out = false;
+  Calibration fitted;
+  try {
+    fitted = fit_calibration(rest, start, priors, o).calibration;
+  } catch (const UserError&) {
+    return;  // too few rows left to refit: no out-of-sample prediction
+  }
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const MeasuredCase& c = cases[index[r].first];
+    if (group_of(c) == left_out) rows[r].*field = predict(c, index[r].second, fitted);
+  }
+}
+
+std::string model_of(const MeasuredCase& c) { return c.meas.plan.model; }
+std::string hardware_of(const MeasuredCase& c) { return c.hw.name; }
+
+std::vector<GroupError> group_errors(const std::vector<ValidationRow>& rows, std::string ValidationRow::*key,
+                                     double (ValidationRow::*oos)() const, const char* label) {
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by;
+  for (const ValidationRow& r : rows)
+    if (r.fitted && r.quantity != Quantity::PeakBytes) {
+      by[r.*key].first.push_back(r.error());
+      by[r.*key].second.push_back((r.*oos)());
+    }
+  std::vector<GroupError> out;
+  for (const auto& [g, errs] : by)
+    out.push_back({std::string(label) + " " + g, int(errs.first.size()), mean_abs(errs.first), mean_abs(errs.second)});
+  return out;
+}
+
+}  // namespace
+
+ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const std::vector<Measurement>& not_modelled,
+                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt) {
+  ValidationReport rep;
+  for (const Measurement& m : not_modelled) rep.not_modelled.emplace_back(m.id, m.not_modelled);
+  std::vector<std::pair<size_t, Quantity>> index;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const MeasuredCase& c = cases[i];
+    for (Quantity q : quantities_of(c.meas)) {
+      ValidationRow r;
+      r.id = c.meas.id;
+      r.model = c.meas.plan.model;
+      r.hardware = c.hw.name;
+      r.precision = to_string(c.meas.plan.precision);
+      r.implementation = c.meas.plan.implementation;
+      r.quantity = q;
+      r.measured = measured_of(c.meas, q);
+      r.predicted = predict(c, q, profile);
+      r.lomo_predicted = r.loho_predicted = kNaN;
+      r.fitted = fitted_case(c);
+      r.note = c.meas.superseded_by.empty() ? "" : "superseded by " + c.meas.superseded_by;
+      rep.rows.push_back(r);
+      index.emplace_back(i, q);
+    }
+  }
+  if (opt.refit) {
+    if (profile.fit.is_null())
+      throw UserError("calibration \"" + profile.name +
+                      "\" records no fit, so it cannot be refitted without a group (use --no-refit, or a profile made by lcplan calibrate)");
+    const FitSpec spec = fit_spec_from_json(profile.fit);
+    const Calibration start = refit_start(profile, priors, spec);
+    std::set<std::string> models, hardware;
+    for (const MeasuredCase& c : cases) models.insert(model_of(c)), hardware.insert(hardware_of(c));
+    for (const std::string& m : models)
+      predict_left_out(cases, start, priors, spec, m, model_of, rep.rows, &ValidationRow::lomo_predicted, index);
+    for (const std::string& h : hardware)
+      predict_left_out(cases, start, priors, spec, h, hardware_of, rep.rows, &ValidationRow::loho_predicted, index);
+    rep.refitted = true;
+  }
+  std::vector<double> t_in, t_lomo, t_loho, m_in;
+  for (const ValidationRow& r : rep.rows) {
+    if (!r.fitted) continue;
+    if (r.quantity == Quantity::PeakBytes) {
+      m_in.push_back(r.error());
+    } else {
+      t_in.push_back(r.error());
+      t_lomo.push_back(r.lomo_error());
+      t_loho.push_back(r.loho_error());
+    }
+  }
+  rep.time_rows = int(t_in.size());
+  rep.memory_rows = int(m_in.size());
+  rep.time_in_sample = mean_abs(t_in);
+  rep.time_lomo = mean_abs(t_lomo);
+  rep.time_loho = mean_abs(t_loho);
+  rep.memory_in_sample = mean_abs(m_in);
+  rep.by_model = group_errors(rep.rows, &ValidationRow::model, &ValidationRow::lomo_error, "model");
+  rep.by_hardware = group_errors(rep.rows, &ValidationRow::hardware, &ValidationRow::loho_error, "hardware");
+  // The band an estimate carries: out-of-sample residuals when refitted (what a new run meets), else in sample.
+  std::vector<double> time_res;
+  for (size_t k = 0; k < t_in.size(); ++k) time_res.push_back(rep.refitted ? t_lomo[k] : t_in[k]);
+  rep.time_band = {quantile(time_res, 0.1), quantile(time_res, 0.9), int(time_res.size()),
+                   rep.refitted ? "leave-one-model-out residuals of " + opt.source : "in-sample residuals of " + opt.source};
+  rep.memory_band = {quantile(m_in, 0.1), quantile(m_in, 0.9), int(m_in.size()), "in-sample residuals of " + opt.source};
+  return rep;
+}
+
+std::string validation_table(const ValidationReport& r) {
+  std::string out;
+  char line[400];
+  auto pct = [](double x) {
+    char b[16];
+    if (std::isfinite(x)) std::snprintf(b, sizeof b, "%+.1f%%", 100 * x);
+    else std::snprintf(b, sizeof b, "-");
+    return std::string(b);
+  };
+  std::snprintf(line, sizeof line, "%-22s %-18s %-12s %-6s %-9s %10s %10s %8s %8s %8s  %s\n", "id", "model", "hardware",
+                "prec", "quantity", "measured", "predicted", "error", "lomo", "loho", "note");
+  out += line;
+  for (const ValidationRow& v : r.rows) {
+    const double scale = v.quantity == Quantity::PeakBytes ? 1e-9 : 1.0;
+    const char* q = v.quantity == Quantity::PeakBytes ? "peak GB" : v.quantity == Quantity::StepSeconds ? "step s" : "TFLOP/s";
+    std::snprintf(line, sizeof line, "%-22.22s %-18.18s %-12.12s %-6s %-9s %10.4g %10.4g %8s %8s %8s  %s\n", v.id.c_str(),
+                  v.model.c_str(), v.hardware.c_str(), v.precision.c_str(), q, v.measured * scale, v.predicted * scale,
+                  pct(v.error()).c_str(), pct(v.lomo_error()).c_str(), pct(v.loho_error()).c_str(), v.note.c_str());
+    out += line;
+  }
+  for (const auto& [id, why] : r.not_modelled) {
+    std::snprintf(line, sizeof line, "%-22.22s not modelled: %s\n", id.c_str(), why.c_str());
+    out += line;
+  }
+  out += "\nmean |error| over the newest report of each configuration:\n";
+  std::snprintf(line, sizeof line, "  time (%d rows): in sample %.1f%%, leave one model out %s, leave one hardware out %s\n",
+                r.time_rows, 100 * r.time_in_sample, r.refitted ? pct(r.time_lomo).substr(1).c_str() : "not run",
+                r.refitted ? pct(r.time_loho).substr(1).c_str() : "not run");
+  out += line;
+  if (r.memory_rows > 0) {
+    std::snprintf(line, sizeof line, "  peak memory (%d rows): in sample %.1f%%\n", r.memory_rows, 100 * r.memory_in_sample);
+    out += line;
+  }
+  for (const auto* groups : {&r.by_model, &r.by_hardware})
+    for (const GroupError& g : *groups) {
+      std::snprintf(line, sizeof line, "  %-32s %3d rows: in sample %5.1f%%, left out %s\n", g.group.c_str(), g.rows,
+                    100 * g.in_sample, r.refitted ? (pct(g.out_of_sample).substr(1)).c_str() : "-");
+      out += line;
+    }
+  std::snprintf(line, sizeof line, "  error band (10th-90th percentile): time %+.1f%% .. %+.1f%%, memory %+.1f%% .. %+.1f%%\n",
+                100 * r.time_band.low, 100 * r.time_band.high, 100 * r.memory_band.low, 100 * r.memory_band.high);
+  out += line;
+  return out;
+}
+
+nlohmann::json validation_json(const ValidationReport& r) {
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ValidationRow& v : r.rows)
+    rows.push_back({{"id", v.id},
+                    {"model", v.model},
+                    {"hardware", v.hardware},
+                    {"precision", v.precision},
+                    {"implementation", v.implementation},
+                    {"quantity", to_string(v.quantity)},
+                    {"measured", v.measured},
+                    {"predicted", v.predicted},
+                    {"error", num(v.error())},
+                    {"lomo_predicted", num(v.lomo_predicted)},
+                    {"loho_predicted", num(v.loho_predicted)},
+                    {"fitted", v.fitted},
+                    {"note", v.note}});
+  nlohmann::json nm = nlohmann::json::array();
+  for (const auto& [id, why] : r.not_modelled) nm.push_back({{"id", id}, {"reason", why}});
+  auto groups = [&](const std::vector<GroupError>& gs) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const GroupError& g : gs)
+      a.push_back({{"group", g.group}, {"rows", g.rows}, {"in_sample", num(g.in_sample)}, {"left_out", num(g.out_of_sample)}});
+    return a;
+  };
+  return {{"rows", rows},
+          {"not_modelled", nm},
+          {"summary",
+           {{"time_rows", r.time_rows},
+            {"time_in_sample", num(r.time_in_sample)},
+            {"time_leave_one_model_out", num(r.time_lomo)},
+            {"time_leave_one_hardware_out", num(r.time_loho)},
+            {"memory_rows", r.memory_rows},
+            {"memory_in_sample", num(r.memory_in_sample)},
+            {"by_model", groups(r.by_model)},
+            {"by_hardware", groups(r.by_hardware)},
+            {"time_band", {{"low", r.time_band.low}, {"high", r.time_band.high}, {"points", r.time_band.points}}},
+            {"memory_band", {{"low", r.memory_band.low}, {"high", r.memory_band.high}, {"points", r.memory_band.points}}}}}};
+}
+
+}  // namespace lcplan

@@ -1,0 +1,59 @@
+// Validation of a calibration profile against measured runs, the way users meet it: predicted vs measured per run
+// with the profile as it is (in sample), and out of sample by refitting the profile without one model (leave one
+// model out) or without one hardware (leave one hardware out) from the priors, then predicting the group left out.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate/calibrate_fit.h"
+
+namespace lcplan {
+
+struct ValidationRow {
+  std::string id, model, hardware, precision, implementation;
+  Quantity quantity{};
+  double measured = 0;
+  double predicted = 0;       // the profile as given
+  double lomo_predicted = 0;  // refitted without this row's model (NaN: not refitted)
+  double lomo_error() const { return lomo_predicted / measured - 1; }
+  double loho_predicted = 0;  // refitted without this row's hardware (NaN: not refitted)
+  double loho_error() const { return loho_predicted / measured - 1; }
+  double error() const { return predicted / measured - 1; }
+  bool fitted = true;         // false: an older report of a configuration (predicted, left out of the summaries)
+  std::string note;           // superseded_by, or the measurement's notes
+};
+
+struct GroupError {
+  std::string group;  // "model qwen3-30b-a3b", "hardware b200", ...
+  int rows = 0;
+  double in_sample = 0, out_of_sample = 0;  // mean |relative error|; out of sample: leave that group out
+};
+
+struct ValidationReport {
+  std::vector<ValidationRow> rows;
+  std::vector<std::pair<std::string, std::string>> not_modelled;  // id, reason
+  // Mean |relative error| over fitted rows of TFLOP/s (or step time where no TFLOP/s is given) and of peak memory.
+  double time_in_sample = 0, time_lomo = 0, time_loho = 0;
+  double memory_in_sample = 0;
+  int time_rows = 0, memory_rows = 0;
+  std::vector<GroupError> by_model, by_hardware;
+  ErrorBand time_band, memory_band;  // 10th/90th percentile of the out-of-sample (time) and in-sample (memory) residuals
+  bool refitted = false;
+};
+
+struct ValidateOptions {
+  bool refit = true;  // leave-one-model-out and leave-one-hardware-out refits (needs the profile's "fit" spec)
+  std::string source;
+};
+
+// `profile` as loaded (unresolved); `priors` the prior profile its fit spec refers to.
+ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const std::vector<Measurement>& not_modelled,
+                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt);
+
+std::string validation_table(const ValidationReport& r);
+nlohmann::json validation_json(const ValidationReport& r);
+
+}  // namespace lcplan

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Turn the public validation tables in data/validation/ into lcplan measurement files.
+
+Inputs (copies of public tables, each row with its source address):
+  article-qwen35-35b-a3b.json        the article's tuning path and chunked-EP proxy
+                                     (https://iseekyan.github.io/posts/qwen35-long-sequence-moe-rl/)
+  megatron-bridge-h100.json          Megatron-Bridge H100 performance tables
+  megatron-bridge-blackwell.json     Megatron-Bridge B200/B300/GB200/GB300 performance tables
+                                     (https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary.html)
+Outputs: bumblebee-runs.json, megatron-bridge-h100-runs.json, megatron-bridge-blackwell-runs.json.
+
+Every row becomes a record. Rows lcplan cannot express carry "not_modelled" (the reason); rows of an older container
+with the same configuration as a newer one carry "superseded_by" (they are predicted and reported, not fitted).
+Assumptions are written into each record's notes."""
+import json, os, re, sys
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "validation")
+
+
+def dump(name, description, runs):
+    with open(os.path.join(root, name), "w") as f:
+        json.dump({"description": description, "measurements": runs}, f, indent=1)
+        f.write("\n")
+
+
+# ---- the article: chunked-EP proxy (one MoE layer) and the five tuning-path points ----
+art = json.load(open(os.path.join(root, "article-qwen35-35b-a3b.json")))
+runs = []
+for row in art["chunked_ep_single_layer_proxy"]["rows"]:
+    for chunks, key in ((1, "no_chunk_ms"), (2, "chunked_ms")):
+        L = row["local_seq"]
+        runs.append({
+            "id": f"proxy-{L // 1024}k-chunk{chunks}",
+            "source": "article section 2.4 chunked EP single-MoE-layer proxy",
+            "scope": "moe_layer",
+            "plan": {"model": "qwen3.5-35b-a3b", "hardware": "h100-sxm-80gb", "gpus": 8, "seq_len": L,
+                     "micro_batch": 1, "parallel": {"tp": 1, "pp": 1, "cp": 1, "ep": 8},
+                     "moe": {"ep_chunks": chunks}, "implementation": "bumblebee"},
+            "step_seconds": row[key] / 1e3,
+            "notes": "local_seq tokens per rank; EP=8 on one node assumed (the article's proxy runs EP8)"})
+GLOBAL_BATCH = 64  # not stated by the article; 64 x 128K-token sequences assumed (see notes)
+for row in art["tuning_path"]:
+    meas = row["measured"]
+    tf = meas.get("tflops_per_gpu") or (meas["tflops_per_gpu_min"] + meas["tflops_per_gpu_max"]) / 2
+    rec = {
+        "id": "tuning-" + row["id"],
+        "source": row["source"]["table"] + " (" + row["source"]["url"] + ")",
+        "plan": {"model": "qwen3.5-35b-a3b", "hardware": "h100-sxm-80gb", "gpus": row["num_gpus"],
+                 "seq_len": row["seq_len"], "micro_batch": 1, "global_batch": GLOBAL_BATCH, "precision": "bf16",
+                 "parallel": {"tp": row["TP"], "pp": row["PP"], "cp": row["CP"], "ep": row["EP"], "etp": 1},
+                 "optimizer_sharding": "fsdp" if row["optimizer_sharding"] == "fsdp" else "dist_opt",
+                 "recompute": "full", "linear_ce": row["linear_ce"], "moe": {"ep_chunks": row["moe_ep_chunks"]},
+                 "implementation": "bumblebee"},
+        "tflops_per_gpu": tf,
+        "notes": "global batch not stated by the article: 64 sequences assumed; chunked-EP row uses the midpoint of "
+                 "185.96-187.10; peak memory read as rank 0's (stage 0), GB = 1e9 bytes as the article prints"}
+    if meas.get("peak_mem_gb") or meas.get("peak_mem_gb_min"):
+        rec["peak_stage"] = 0  # the article's peak is read as rank 0's, which holds pipeline stage 0
+    if meas.get("peak_mem_gb"):
+        rec["peak_bytes"] = meas["peak_mem_gb"] * 1e9
+    elif meas.get("peak_mem_gb_min"):
+        rec["peak_bytes"] = (meas["peak_mem_gb_min"] + meas["peak_mem_gb_max"]) / 2 * 1e9
+    runs.append(rec)
+dump("bumblebee-runs.json", "bumblebee (article) measurements: chunked-EP proxy and tuning path", runs)
+
+# ---- Megatron-Bridge tables ----
+ZOO = {"LLAMA3.1_405B": "llama-3.1-405b", "LLAMA3_70B": "llama-3.1-70b", "LLAMA3_8B": "llama-3.1-8b",
+       "GPT OSS 120B": "gpt-oss-120b", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+       "DeepSeekV3": "deepseek-v3"}
+HARDWARE = {"H100": "h100-sxm-80gb", "B200": "b200", "B300": "b300", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72"}
+
+
+def hardware(text):
+    return HARDWARE[text.split(" ")[0]]
+
+
+def precision(text):
+    t = text.upper()
+    if t.startswith("BF16"): return "bf16"
+    if t.startswith("NVFP4"): return "nvfp4"
+    if t.startswith("MXFP8") or t.startswith("FP8-MX"): return "mxfp8"
+    if t.startswith("FP8"): return "fp8"  # FP8, FP8-CS (current scaling), FP8 with no recipe named
+    raise ValueError(text)
+
+
+def version(c):
+    return tuple(int(x) for x in c.split("."))
+
+
+def convert(rows, out_name, description):
+    runs, newest = [], {}
+    for r in rows:
+        rid = r.get("id") or "bw%03d" % r["row"]
+        base = r["model"].split(" (")[0]
+        variant = r["model"][len(base):].strip(" ()")
+        of = r["other_flags"]
+        rec = {"id": rid,
+               "source": "%s (%s @ %s, %s)" % (r["source"]["table"], r["source"]["path"], r["source"]["commit"][:8],
+                                               r["source"]["url"]),
+               "tflops_per_gpu": r["measured"]["tflops_per_gpu"]}
+        notes = []
+        if base not in ZOO:
+            rec["not_modelled"] = base + " has Mamba layers, which lcplan's model zoo cannot express"
+        elif of["task"].startswith("LoRA"):
+            rec["not_modelled"] = "LoRA fine-tuning (frozen base weights, adapter gradients only) is not a plan lcplan models"
+        model = ZOO.get(base, base)
+        vpp = r["VPP"] or 1
+        plan = {"model": model, "hardware": hardware(r["hardware"]), "gpus": r["num_gpus"], "seq_len": r["seq_len"],
+                "micro_batch": r["micro_batch"], "global_batch": r["global_batch"],
+                "precision": precision(r["precision"]),
+                "parallel": {"tp": r["TP"], "pp": r["PP"], "vpp": vpp, "cp": r["CP"], "ep": r["EP"] or 1,
+                             "etp": r["ETP"] or 1},
+                "optimizer_sharding": "fsdp" if of.get("FSDP_column") else "dist_opt",
+                "recompute": "none", "implementation": "megatron"}
+        notes.append("assumed: %s, no recompute (the table states neither)" %
+                     ("FSDP over the FSDP column's ranks" if of.get("FSDP_column") else "distributed optimizer"))
+        if variant == "tokendrop":
+            plan["moe"] = {"capacity_factor": 1.0}
+            notes.append("token dropping at capacity factor 1.0 with experts padded to capacity")
+        if variant == "w/o MTP":
+            plan["mtp_layers"] = 0
+        elif variant == "w/ MTP":
+            plan["mtp_layers"] = 1
+        elif base == "DeepSeekV3":
+            notes.append("MTP as the model defines it (1 module): the row does not say")
+        if r.get("is_moe"):
+            notes.append("routing force-balanced (the page's footnote)")
+            if base == "DeepSeekV3":
+                plan.setdefault("moe", {})["dispatcher"] = "deepep"
+                notes.append("assumed: DeepEP token dispatch (Megatron's flex dispatcher), as the DeepSeek-V3 recipes use")
+            if (r["EP"] or 1) > 1 and (r["PP"] == 1 or vpp > 1):
+                plan.setdefault("moe", {})["a2a_overlap"] = True
+                notes.append("assumed: EP all-to-all overlapped across microbatches where Megatron allows it (pp 1 or "
+                             "vpp > 1), as Megatron-Bridge's MoE performance recipes do")
+        if of["task"].startswith("SFT"):
+            notes.append("SFT with packed sequences, costed as pre-training of the same shape")
+        if r["precision"].startswith("FP8 ("):
+            notes.append("FP8 recipe not named by the table")
+        if "alternate variant" in (r.get("notes") or ""):
+            notes.append("the table's parenthesised value (another FP8 granularity) of the same row")
+        rec["plan"] = plan
+        rec["notes"] = "; ".join(notes)
+        runs.append(rec)
+        if "not_modelled" in rec or "alternate variant" in (r.get("notes") or ""):
+            continue
+        key = json.dumps({k: v for k, v in plan.items()}, sort_keys=True) + of["task"]
+        if key not in newest or version(of["container"]) > version(newest[key][1]):
+            newest[key] = (rid, of["container"])
+    by_id = {rec["id"]: rec for rec in runs}
+    winners = {v[0] for v in newest.values()}
+    for rec in runs:
+        if "not_modelled" in rec or rec["id"] in winners:
+            continue
+        key = json.dumps(rec["plan"], sort_keys=True)
+        task = next(r["other_flags"]["task"] for r in rows if (r.get("id") or "bw%03d" % r["row"]) == rec["id"])
+        rec["superseded_by"] = newest[key + task][0] if key + task in newest else ""
+        if not rec["superseded_by"]:
+            del rec["superseded_by"]
+    dump(out_name, description, runs)
+    fitted = sum(1 for r in runs if "not_modelled" not in r and "superseded_by" not in r and
+                 "parenthesised" not in r["notes"])
+    print(f"{out_name}: {len(runs)} rows, {fitted} newest per configuration", file=sys.stderr)
+
+
+convert(json.load(open(os.path.join(root, "megatron-bridge-h100.json"))), "megatron-bridge-h100-runs.json",
+        "Megatron-Bridge H100 measurements (every row; older containers marked superseded_by)")
+convert(json.load(open(os.path.join(root, "megatron-bridge-blackwell.json"))), "megatron-bridge-blackwell-runs.json",
+        "Megatron-Bridge Blackwell measurements (every row; older containers marked superseded_by)")
