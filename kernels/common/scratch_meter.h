@@ -1,5 +1,5 @@
 // Scratch buffers that charge their bytes to a per-call meter, so a kernel's peak extra memory is measured, not
-// estimated (the attention and linear-attention CPU paths; kernels/linear_ce/scratch.h is the same idea).
+// estimated (the linear CE, attention and linear-attention CPU paths).
 #pragma once
 
 #include <algorithm>
@@ -22,11 +22,15 @@ class ScratchMeter {
   size_t peak_ = 0;
 };
 
-// Owns n elements of T (value-initialised, i.e. zero for arithmetic types) charged to the meter while alive.
+// Owns n elements of T, zeroed unless `zero` is false (a buffer fully written before it is read), charged to the
+// meter while alive.
 template <class T>
 class Scratch {
  public:
-  Scratch(ScratchMeter& m, size_t n) : meter_(&m), n_(n), data_(new T[n > 0 ? n : 1]()) { meter_->add(n_ * sizeof(T)); }
+  Scratch(ScratchMeter& m, size_t n, bool zero = true)
+      : meter_(&m), n_(n), data_(zero ? new T[n > 0 ? n : 1]() : new T[n > 0 ? n : 1]) {
+    meter_->add(n_ * sizeof(T));
+  }
   ~Scratch() { meter_->sub(n_ * sizeof(T)); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;

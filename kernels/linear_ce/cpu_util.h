@@ -8,13 +8,15 @@
 #include <optional>
 
 #include "kernels/linear_ce/linear_ce.h"
-#include "kernels/linear_ce/scratch.h"
+#include "kernels/common/scratch_meter.h"
 
 namespace lcplan::linear_ce::detail {
 
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapC = Eigen::Map<const RowMat>;
 using MapM = Eigen::Map<RowMat>;
+using kernels::Scratch;
+using kernels::ScratchMeter;
 
 inline void to_f32(const bf16* src, float* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);

@@ -8,7 +8,7 @@
 
 #include "kernels/linear_ce/cpu_util.h"
 #include "kernels/linear_ce/linear_ce.h"
-#include "kernels/linear_ce/scratch.h"
+#include "kernels/common/scratch_meter.h"
 
 namespace lcplan::linear_ce {
 
@@ -18,8 +18,8 @@ using detail::from_f32;
 using detail::MapC;
 using detail::MapM;
 using detail::rows_f32;
-using detail::Scratch;
-using detail::ScratchMeter;
+using kernels::Scratch;
+using kernels::ScratchMeter;
 
 void check_pointers(const Problem& p, const void* hidden, const void* weight, const void* a, const void* b) {
   if (weight == nullptr || a == nullptr) throw std::invalid_argument("linear_ce: weight or an output pointer is null.");

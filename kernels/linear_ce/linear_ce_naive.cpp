@@ -6,7 +6,7 @@
 
 #include "kernels/linear_ce/cpu_util.h"
 #include "kernels/linear_ce/linear_ce.h"
-#include "kernels/linear_ce/scratch.h"
+#include "kernels/common/scratch_meter.h"
 
 namespace lcplan::linear_ce {
 
@@ -15,8 +15,8 @@ namespace {
 using detail::F32View;
 using detail::MapC;
 using detail::MapM;
-using detail::Scratch;
-using detail::ScratchMeter;
+using kernels::Scratch;
+using kernels::ScratchMeter;
 
 void check_single_rank(const Problem& p) {
   if (p.vocab_start != 0 || (p.vocab_total >= 0 && p.vocab_total != p.vocab))
