@@ -115,7 +115,7 @@ std::string plan_label(const Plan& p) {
   if (p.micro_batch > 1) s += " mb" + std::to_string(p.micro_batch);
   s += std::string(" · ") + to_string(p.optimizer_sharding) + " · recompute " + to_string(p.recompute);
   if (p.recompute_layers > 0) s += "/" + std::to_string(p.recompute_layers);
-  s += p.linear_ce ? " · linear CE" : " · logits";
+  s += p.linear_ce ? " · linear CE" : " · no linear CE";
   if (p.moe.ep_chunks > 1) s += " · " + std::to_string(p.moe.ep_chunks) + " EP chunks";
   if (p.offload.optimizer) s += " · optimizer offload";
   if (p.offload.activations) s += " · activation offload";
@@ -410,7 +410,7 @@ std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& run
   const double xpad = std::max(1.0, (x1 - x0) * 0.08), ypad = std::max(1.0, (y1 - y0) * 0.1);
   x0 = std::max(0.0, x0 - xpad), x1 += xpad, y0 = std::max(0.0, y0 - ypad), y1 += ypad;
 
-  const double W = 1040, H = 480, left = 70, right = 40, up = 20, down = 50;
+  const double W = 1040, H = 430, left = 70, right = 40, up = 20, down = 50;
   const double plot_w = W - left - right, plot_h = H - up - down;
   auto px = [&](double g) { return left + (g - x0) / (x1 - x0) * plot_w; };
   auto py = [&](double t) { return up + plot_h - (t - y0) / (y1 - y0) * plot_h; };
@@ -716,6 +716,15 @@ std::string report_html(const ReportInput& in) {
     << "</div></div>\n";
   if (rec.contains("warnings") && !rec.at("warnings").empty()) o << "<div class=\"warn\">" << list(rec.at("warnings")) << "</div>\n";
 
+  // A search's overview first: the front it found, with the chosen plan and the reduced recipe on it.
+  if (is_search) {
+    const json& s = in.search;
+    o << "<h3>Pareto front of the search (" << s.at("pareto").size() << " plans)</h3>\n<p class=\"sub\">"
+      << fmt("%.0f", value(s, "candidates")) << " candidate plans, " << fmt("%.0f", value(s, "evaluated"))
+      << " passed the rules, " << fmt("%.0f", value(s, "feasible")) << " fit; searched in "
+      << fmt("%.1f", value(s, "seconds") * 1e3) << " ms</p>\n"
+      << pareto_chart(s, in.measured, gpn);
+  }
   o << "<h3>Peak memory per pipeline stage</h3>\n" << memory_chart(rec, measured, plan_label(plan)) << memory_table(rec);
   o << "<h3>Step time</h3>\n";
   std::vector<TimeRow> rows = {{is_search ? "chosen plan" : "plan", &rec, measured}};
@@ -724,17 +733,13 @@ std::string report_html(const ReportInput& in) {
 
   if (is_search) {
     const json& s = in.search;
-    o << "<h2>Search</h2>\n<p class=\"sub\">" << fmt("%.0f", value(s, "candidates")) << " candidate plans, "
-      << fmt("%.0f", value(s, "evaluated")) << " passed the rules, " << fmt("%.0f", value(s, "feasible"))
-      << " fit; searched in " << fmt("%.1f", value(s, "seconds") * 1e3) << " ms</p>\n";
-    o << "<h3>Pareto front (" << s.at("pareto").size() << " plans)</h3>\n" << pareto_chart(s, in.measured, gpn);
     std::vector<std::vector<std::string>> top_rows;
     int rank = 1;
     for (const json& c : s.at("top"))
       top_rows.push_back({std::to_string(rank++), plan_label(record_plan(c)), fmt("%.2f", value(c, "memory/peak_bytes") / GiB),
                           fmt("%.1f", value(c, "time/tflops_per_gpu")), fmt("%.0f", value(c, "time/tokens_per_second_per_gpu")),
                           string_at(c.at("time"), "bottleneck")});
-    o << "<h3>Best plans</h3>\n"
+    o << "<h2>Best plans of the search</h2>\n"
       << table({"#", "plan", "peak GiB", "TFLOP/s", "tokens/s per GPU", "bottleneck"}, top_rows, "num", 2);
 
     o << "<h2>Reduced recipe (article section 2.5 rules)</h2>\n";

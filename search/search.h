@@ -5,6 +5,7 @@
 #include <concepts>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "estimator/estimate.h"
@@ -59,14 +60,24 @@ class Progress {
   Progress() = default;
   template <typename F>
     requires std::invocable<F&, const SearchProgress&>
-  Progress(F f) : f_(std::move(f)) {}
+  Progress(F f) {
+    if (!empty(f)) f_ = std::move(f);
+  }
   template <typename F>
     requires(std::invocable<F&, size_t, size_t> && !std::invocable<F&, const SearchProgress&>)
-  Progress(F f) : f_([g = std::move(f)](const SearchProgress& s) mutable { g(s.done, s.total); }) {}
+  Progress(F f) {
+    if (!empty(f)) f_ = [g = std::move(f)](const SearchProgress& s) mutable { g(s.done, s.total); };
+  }
   explicit operator bool() const { return bool(f_); }
   void operator()(const SearchProgress& s) const { f_(s); }
 
  private:
+  // An empty std::function or a null function pointer stays "no callback" rather than one that throws when called.
+  template <typename F>
+  static bool empty(const F& f) {
+    if constexpr (std::is_constructible_v<bool, const F&>) return !static_cast<bool>(f);
+    else return false;
+  }
   std::function<void(const SearchProgress&)> f_;
 };
 

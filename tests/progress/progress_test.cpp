@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "common/data_dir.h"
@@ -143,6 +144,11 @@ TEST(SearchProgress, CallbackSeesCountsAndTheBestSoFar) {
   });
   EXPECT_EQ(old_calls, calls);
   EXPECT_EQ(old_total, space.size());
+  // An empty callback of either form is no callback.
+  EXPECT_FALSE(bool(Progress(std::function<void(size_t, size_t)>())));
+  EXPECT_FALSE(bool(Progress(std::function<void(const SearchProgress&)>())));
+  EXPECT_FALSE(bool(Progress()));
+  EXPECT_TRUE(bool(Progress([](size_t, size_t) {})));
 }
 
 }  // namespace
