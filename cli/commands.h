@@ -8,6 +8,7 @@ namespace lcplan::cli {
 void register_models(CLI::App& app, int& exit_code);
 void register_estimate(CLI::App& app, int& exit_code);
 void register_search(CLI::App& app, int& exit_code);
+void register_report(CLI::App& app, int& exit_code);
 
 }  // namespace lcplan::cli
 

@@ -91,7 +91,8 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
                  {"optimizer", t.optimizer},
                  {"offload", t.offload},
                  {"step_overhead", t.step_overhead}}}};
-  j["memory"]["band"] = {{"low_bytes", e.peak_bytes_band.low}, {"high_bytes", e.peak_bytes_band.high}};
+  j["memory"]["band"] = {{"low_bytes", e.peak_bytes_band.low}, {"high_bytes", e.peak_bytes_band.high},
+                         {"points", e.band_points}};
   j["time"]["band"] = {{"low_seconds", e.step_seconds_band.low}, {"high_seconds", e.step_seconds_band.high},
                        {"low_tflops", e.tflops_band.low}, {"high_tflops", e.tflops_band.high},
                        {"points", e.band_points}};

@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake git libeigen3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-          libbenchmark-dev openmpi-bin libopenmpi-dev clang libclang-rt-14-dev)
+          libbenchmark-dev openmpi-bin libopenmpi-dev clang libclang-rt-14-dev pybind11-dev python3-dev zlib1g-dev
+          chromium)
 
 install_missing() {
   local missing=()

@@ -67,9 +67,17 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
     derived.push_back({p.moe.ep_chunks, p.recompute_layers, p.recompute, derive_plan(m, p, hw)});
     return derived.back().d;
   };
+  auto report = [&]() {
+    SearchProgress s{std::min(r.candidates, total), total, r.feasible, !r.top.empty(), 0, 0};
+    if (s.has_best) {
+      s.best_tokens_per_second_per_gpu = r.top.front().estimate.time.tokens_per_second_per_gpu;
+      s.best_tflops_per_gpu = r.top.front().estimate.time.tflops_per_gpu;
+    }
+    progress(s);
+  };
   auto visit = [&]() {
     ++r.candidates;
-    if (progress && (r.candidates & 1023) == 0) progress(r.candidates, total);
+    if (progress && (r.candidates & 1023) == 0) report();
     if (auto v = check_plan(m, p)) {
       ++r.rejects[static_cast<int>(v->rule)];
       return;
@@ -113,8 +121,10 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       }
       visit();
     }
+    if (progress) report();
   }
   std::sort(r.pareto.begin(), r.pareto.end(), [](const Candidate& a, const Candidate& b) { return peak(a) < peak(b); });
+  if (progress) report();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "estimator/estimate.h"
@@ -42,7 +44,42 @@ struct SearchResult {
   double seconds = 0;
 };
 
-using Progress = std::function<void(size_t done, size_t total)>;
+// What a progress callback sees: plans enumerated so far, the total, and the best plan that fits so far (by the
+// objective), so that a caller can show how good the search already is.
+struct SearchProgress {
+  size_t done = 0, total = 0;
+  size_t feasible = 0;
+  bool has_best = false;
+  double best_tokens_per_second_per_gpu = 0, best_tflops_per_gpu = 0;
+};
+
+// A progress callback taking either the whole SearchProgress or, as before, (done, total): existing callers keep
+// compiling. Called every 1,024 plans and after each layout, and once at the end with done == total.
+class Progress {
+ public:
+  Progress() = default;
+  template <typename F>
+    requires std::invocable<F&, const SearchProgress&>
+  Progress(F f) {
+    if (!empty(f)) f_ = std::move(f);
+  }
+  template <typename F>
+    requires(std::invocable<F&, size_t, size_t> && !std::invocable<F&, const SearchProgress&>)
+  Progress(F f) {
+    if (!empty(f)) f_ = [g = std::move(f)](const SearchProgress& s) mutable { g(s.done, s.total); };
+  }
+  explicit operator bool() const { return bool(f_); }
+  void operator()(const SearchProgress& s) const { f_(s); }
+
+ private:
+  // An empty std::function or a null function pointer stays "no callback" rather than one that throws when called.
+  template <typename F>
+  static bool empty(const F& f) {
+    if constexpr (std::is_constructible_v<bool, const F&>) return !static_cast<bool>(f);
+    else return false;
+  }
+  std::function<void(const SearchProgress&)> f_;
+};
 
 // `base` supplies the fixed fields (model, gpus, seq, hardware, global batch, implementation, ...).
 SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,

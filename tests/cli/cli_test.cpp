@@ -49,6 +49,8 @@ const fs::path& scratch() {
     ::chmod((d / "unreadable.json").c_str(), 0);
     std::ofstream(d / "bad_plan.json") << R"({"model": "qwen3.5-35b-a3b", "gpus": 32, "seq_len": "128k", "tensor_parallel": 2})";
     std::ofstream(d / "empty_measurements.json") << "[]";
+    std::ofstream(d / "other_plan_runs.json")
+        << R"([{"id": "x", "plan": {"model": "qwen3.5-35b-a3b", "gpus": 64, "seq_len": 4096}, "peak_bytes": 1e10}])";
     std::ofstream(d / "junk.json", std::ios::binary) << std::string("\x7f" "ELF\0\xff\xfe", 8);
     return d;
   }();
@@ -173,6 +175,12 @@ std::vector<Bad> bad_invocations() {
     a.insert(a.end(), r.begin(), r.end());
     return a;
   };
+  auto rep = [](std::vector<std::string> more) {
+    std::vector<std::string> a = {"report"};
+    auto r = ref(more);
+    a.insert(a.end(), r.begin(), r.end());
+    return a;
+  };
   auto srch = [](std::vector<std::string> more) {
     std::vector<std::string> a = {"search"};
     auto r = ref(more);
@@ -259,6 +267,17 @@ std::vector<Bad> bad_invocations() {
       {"--out= is empty", est({"--out="}), {"--out", "empty"}},
       {"--out is a FIFO", est({"--out", path("pipe.json")}), {"pipe.json", "FIFO"}},
       {"search --out into a missing directory", srch({"--out", path("missing_dir/recipe.json")}), {"missing_dir"}},
+      {"report without --out", rep({}), {"--out"}},
+      {"report: a search flag without --search", rep({"--headroom", "2", "--out", path("r.html")}), {"--headroom", "--search"}},
+      {"report: a list without --search", rep({"--tp", "1,2", "--out", path("r.html")}), {"--tp", "--search"}},
+      {"report: --out into a missing directory", rep({"--out", path("missing_dir/r.html")}), {"missing_dir"}},
+      {"report: --out is a directory", rep({"--out", path("a_directory.json")}), {"a_directory.json"}},
+      {"report: measured runs of another plan", rep({"--measured", path("other_plan_runs.json"), "--out", path("r.html")}),
+       {"other_plan_runs.json", "plan"}},
+      {"report: measurements file missing", rep({"--measured", path("no_such_runs.json"), "--out", path("r.html")}),
+       {"no_such_runs.json"}},
+      {"report --search: nothing fits",
+       {"report", "--search", "--model", "deepseek-v3", "--gpus", "8", "--seq", "1M", "--out", path("r.html")}, {"fits"}},
       {"calibrate without measurements", {"calibrate", "--out", path("calib.json")}, {"--measurements"}},
       {"calibrate with a missing measurements file",
        {"calibrate", "--measurements", path("no_such_runs.json"), "--out", path("calib.json")}, {"no_such_runs.json"}},
@@ -295,6 +314,7 @@ TEST_P(BadInvocation, FailsWithOneSentenceAndNoResult) {
   expect_one_sentence(r.err, cmd);
   for (const auto& word : b.mentions) EXPECT_NE(r.err.find(word), std::string::npos) << cmd << ": stderr does not mention \"" << word << "\": " << r.err;
   EXPECT_FALSE(fs::exists(scratch() / "missing_dir")) << cmd << ": created the missing directory";
+  EXPECT_FALSE(fs::exists(scratch() / "r.html")) << cmd << ": wrote a report";
   // No leftover temporary file next to an output that failed.
   for (const auto& e : fs::directory_iterator(scratch()))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << cmd << ": left " << e.path();

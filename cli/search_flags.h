@@ -1,0 +1,35 @@
+// Search flags shared by `lcplan search` and `lcplan report --search`, and the search they set up: base plan from
+// the plan flags, the space they restrict, the options, the exhaustive search (with a progress line on a terminal)
+// and the reduced recipe.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/plan_flags.h"
+#include "search/reduce.h"
+#include "search/search.h"
+
+namespace lcplan::cli {
+
+struct SearchFlags {
+  std::string headroom = "4", objective = "throughput", floor, top = "10";
+};
+
+void add_search_flags(CLI::App* cmd, SearchFlags& f);
+// Names of the search flags given (not at their defaults), for commands that accept them only with --search.
+std::vector<std::string> given_search_flags(const SearchFlags& f);
+
+struct SearchRun {
+  Plan base;
+  Inputs in;
+  SearchOptions options;
+  SearchResult result;
+  ReducedRecipe recipe;
+};
+
+// Throws UserError for bad flags, and with explain_infeasible's sentence when nothing fits.
+SearchRun run_search(const PlanFlags& plan, const SearchFlags& flags);
+
+}  // namespace lcplan::cli
