@@ -36,7 +36,6 @@ MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
   const Parallel& q = p.parallel;
   const double dense_shard = double(d.dp) * q.cp;  // ranks sharing the same dense parameters (Megatron dist-opt group)
   const double edp = d.edp;                         // expert data parallel size
-  const bool full = p.recompute == Recompute::Full;
   const int n_chunks = d.moe_chunks;
   // With n chunks one chunk's MoE buffers are live, plus the overlapped neighbour's share (article section 2.4).
   const double chunk_factor = n_chunks == 1 ? 1.0 : std::min(1.0, (1.0 + cal.moe_chunk_overlap) / n_chunks);

@@ -33,13 +33,14 @@ std::string layout_string(const PipelineSplit& s, int mtp_layers) {
 std::string row(const Candidate& c, int rank) {
   const Plan& p = c.plan;
   const Estimate& e = c.estimate;
+  std::string recompute = to_string(p.recompute);
+  if (p.recompute_layers > 0) recompute += "/" + std::to_string(p.recompute_layers);
   char buf[400];
   std::snprintf(buf, sizeof buf,
                 "%4d %3d %3d %3d %3d %3d %3d %3d %-8s %-9s %-3s %6d %-3s %7s %8.2f %8.1f %9.0f  %s\n", rank, p.parallel.tp,
                 p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.ep, p.parallel.etp, p.micro_batch,
                 to_string(p.optimizer_sharding),
-                (std::string(to_string(p.recompute)) + (p.recompute_layers > 0 ? "/" + std::to_string(p.recompute_layers) : ""))
-                    .c_str(),
+                recompute.c_str(),
                 p.linear_ce ? "on" : "off", p.moe.ep_chunks, p.offload.optimizer ? "opt" : "-",
                 local_tokens_text(p).c_str(), e.memory.peak_bytes / GiB,
                 e.time.tflops_per_gpu, e.time.tokens_per_second_per_gpu, e.time.bottleneck.c_str());
