@@ -34,7 +34,7 @@ std::string row(const Candidate& c, int rank) {
   const Plan& p = c.plan;
   const Estimate& e = c.estimate;
   std::string recompute = to_string(p.recompute);
-  if (p.recompute_layers > 0) recompute += "/" + std::to_string(p.recompute_layers);
+  if (p.recompute_layers > 0) recompute.append("/").append(std::to_string(p.recompute_layers));
   char buf[400];
   std::snprintf(buf, sizeof buf,
                 "%4d %3d %3d %3d %3d %3d %3d %3d %-8s %-9s %-3s %6d %-3s %7s %8.2f %8.1f %9.0f  %s\n", rank, p.parallel.tp,
