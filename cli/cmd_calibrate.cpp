@@ -51,7 +51,15 @@ void register_calibrate(CLI::App& app, int& exit_code) {
   cmd->callback([args, &exit_code]() {
     const double huber = parse_number(args->huber, "--huber", 0, 1, "0 to 1, e.g. 0.05; 0 = plain least squares");
     const std::string dir = data_dir();
-    const std::vector<Measurement> ms = load_measurements(args->measurements);
+    std::vector<Measurement> ms;
+    size_t did_not_fit = 0;
+    // Runs that ran out of memory measured nothing to fit: they say the plan does not fit (a tune loop's input).
+    for (Measurement& m : load_measurements(args->measurements)) {
+      if (m.status == MeasurementStatus::Ok) ms.push_back(std::move(m));
+      else ++did_not_fit;
+    }
+    if (ms.empty())
+      throw UserError(args->measurements + " holds only runs that ran out of memory (status out_of_memory); nothing to fit");
     std::string impl = args->implementation;
     if (impl.empty()) {
       impl = ms.front().plan.implementation;
@@ -70,6 +78,7 @@ void register_calibrate(CLI::App& app, int& exit_code) {
     nlohmann::json j = calibration_to_json(r.calibration);
     j["description"] = "fitted by lcplan calibrate from " + args->measurements + " starting from " + impl;
     write_file_atomic(args->out, j.dump(2) + "\n");  // first: a failed write must leave no report on stdout
+    if (did_not_fit > 0) std::printf("skipped %zu measurements with status out_of_memory (nothing measured to fit)\n", did_not_fit);
     std::fputs(fit_report(r).c_str(), stdout);
     std::printf("wrote %s\n", args->out.c_str());
     exit_code = 0;

@@ -12,6 +12,7 @@
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "search/emit.h"
+#include "search/megatron_args.h"
 #include "search/reduce.h"
 #include "search/search.h"
 
@@ -116,8 +117,16 @@ void register_search(CLI::App& app, int& exit_code) {
   cmd->add_option("--out", a->out, "write the best plan as recipe.json (accepted by estimate --plan and the executor)");
   cmd->add_option("--emit", a->emit, "megatron: print Megatron-LM flags for the best plan");
   cmd->callback([a, &exit_code]() {
-    Plan base = plan_from_flags(a->plan, /*allow_lists=*/true);
-    const Inputs in = load_inputs(base, a->plan.calibration);
+    StartingPoint start = starting_point(a->plan, /*allow_lists=*/true);
+    Plan& base = start.plan;
+    if (start.from_megatron) {
+      // The launch gives the fixed fields (model, GPUs, sequence, batch, precision, ...); the dimensions the search
+      // walks stay free unless pinned with lcplan's flags, so the launch's pipeline split (for its pp) is dropped,
+      // and a global batch the launch left at Megatron's default (micro batch x dp of its layout) too.
+      base.pipeline = {};
+      if (!start.global_batch_given) base.global_batch = 0;
+    }
+    const Inputs in = load_inputs(base, a->plan.calibration, start.model);
     if (a->plan.global_batch.empty() && base.global_batch == 0) base.global_batch = base.gpus;  // one sequence per GPU
     SearchOptions opt;
     const double hbm_gib = in.hardware.hbm_bytes / double(1 << 30);
@@ -154,9 +163,17 @@ void register_search(CLI::App& app, int& exit_code) {
     }
     const Candidate& best = r.top.front();
     if (!a->out.empty()) write_file_atomic(a->out, plan_to_json(best.plan).dump(2) + "\n");
+    print_warnings(start);
     if (a->json) std::printf("%s\n", search_json(r, recipe).dump(2).c_str());
     else std::fputs(search_table(r, recipe, a->explain_rejects, 8).c_str(), stdout);
-    if (a->emit == "megatron") std::printf("\n%s", megatron_flags(best.plan, in.model).c_str());
+    if (a->emit == "megatron") {
+      // Model-shape flags first (when Megatron-LM's flags can describe the model), then the plan's.
+      const std::string shape = megatron_model_flags(in.model);
+      std::printf("\n%s%s", shape.empty() ? "" : (shape + " \\\n").c_str(), megatron_flags(best.plan, in.model).c_str());
+      if (shape.empty())
+        std::printf("# model %s: its layers (gated DeltaNet, sliding window, ...) have no Megatron-LM shape flags here; "
+                    "use its Megatron-Bridge provider\n", in.model.name.c_str());
+    }
     exit_code = 0;
   });
 }

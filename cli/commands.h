@@ -13,4 +13,5 @@ void register_search(CLI::App& app, int& exit_code);
 
 namespace lcplan {
 void register_calibrate(CLI::App& app, int& exit_code);  // cli/cmd_calibrate.cpp
+void register_ingest(CLI::App& app, int& exit_code);     // cli/cmd_ingest.cpp
 }

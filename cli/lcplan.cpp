@@ -29,20 +29,44 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
   }
   if (args.empty()) throw UserError("no command given (valid: " + commands + "; `lcplan --help` describes them)");
   if (!cmd) throw UserError("unknown command \"" + args[0] + "\" (valid: " + commands + ")");
-  const std::string usage = "see `lcplan " + args[0] + " --help`";
+  // Commands with their own commands (`ingest megatron`): the next argument picks one.
+  std::string path = args[0];
+  size_t first = 1;
+  for (auto subs = cmd->get_subcommands([](const CLI::App*) { return true; }); !subs.empty();
+       subs = cmd->get_subcommands([](const CLI::App*) { return true; })) {
+    std::string names;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : subs) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      if (first < args.size() && sub->get_name() == args[first]) next = sub;
+    }
+    if (!next && first < args.size())
+      throw UserError("unknown " + path + " command \"" + args[first] + "\" (valid: " + names + ")");
+    if (!next) throw UserError(path + " needs one of: " + names + " (see `lcplan " + path + " --help`)");
+    cmd = next;
+    path += " " + args[first++];
+  }
+  const std::string usage = "see `lcplan " + path + " --help`";
+  const CLI::Option* positional = nullptr;  // a command's file arguments (ingest megatron LOG...)
+  for (const CLI::Option* opt : cmd->get_options())
+    if (opt->get_positional()) positional = opt;
 
   std::set<const CLI::Option*> given;
-  for (size_t i = 1; i < args.size(); ++i) {
+  for (size_t i = first; i < args.size(); ++i) {
     const std::string& t = args[i];
+    if (positional && !t.empty() && t[0] != '-') {
+      given.insert(positional);
+      continue;
+    }
     if (t.size() > 1 && t[0] == '-' && (t.size() == 2 || t[1] != '-'))
-      throw UserError("unknown flag " + t + " for " + args[0] + " (flags start with two dashes; " + usage + ")");
+      throw UserError("unknown flag " + t + " for " + path + " (flags start with two dashes; " + usage + ")");
     if (t.rfind("--", 0) != 0 || t == "--")
-      throw UserError("unexpected argument \"" + t + "\" for " + args[0] + " (every value follows its flag, e.g. --gpus 32; " +
+      throw UserError("unexpected argument \"" + t + "\" for " + path + " (every value follows its flag, e.g. --gpus 32; " +
                       usage + ")");
     const size_t eq = t.find('=');
     const std::string name = t.substr(0, eq);
     const CLI::Option* opt = cmd->get_option_no_throw(name);
-    if (!opt) throw UserError("unknown flag " + name + " for " + args[0] + " (" + usage + ")");
+    if (!opt) throw UserError("unknown flag " + name + " for " + path + " (" + usage + ")");
     if (!given.insert(opt).second) throw UserError(name + " is given twice (give it once)");
     const bool takes_value = opt->get_items_expected_min() > 0;  // switches expect no items
     if (!takes_value) {
@@ -59,7 +83,8 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
   }
   for (const CLI::Option* opt : cmd->get_options())
     if (opt->get_required() && !given.count(opt))
-      throw UserError(args[0] + " needs " + opt->get_name() + ": " + opt->get_description());
+      throw UserError(path + " needs " + (opt->get_positional() ? "at least one " + opt->get_name() + " argument"
+                                                                : opt->get_name()) + ": " + opt->get_description());
 }
 
 }  // namespace
@@ -72,6 +97,7 @@ int main(int argc, char** argv) {
   lcplan::cli::register_estimate(app, exit_code);
   lcplan::cli::register_search(app, exit_code);
   lcplan::register_calibrate(app, exit_code);
+  lcplan::register_ingest(app, exit_code);
   try {
     check_command_line(app, argc, argv);
     app.parse(argc, argv);
