@@ -74,10 +74,11 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
       continue;
     }
     // A value is the rest after '=' or the next argument, unless that is the next flag (a value never starts with
-    // "--"; negative numbers start with one dash and are judged by the flag's own parser).
+    // "--" unless it holds blanks; negative numbers start with one dash and are judged by the flag's own parser).
     std::string value;
     if (eq != std::string::npos) value = t.substr(eq + 1);
-    else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i];
+    else if (i + 1 < args.size() && (args[i + 1].rfind("--", 0) != 0 || args[i + 1].find_first_of(" \t\n") != std::string::npos))
+      value = args[++i];  // a word with blanks is a value even when it starts with "--" (--megatron-args "--tp 2 ...")
     else throw UserError(name + " needs a value: " + opt->get_description());
     if (value.empty()) throw UserError(name + " needs a non-empty value: " + opt->get_description());
   }
