@@ -653,9 +653,7 @@ ParsedLayout parse_pipeline_layout(const std::string& layout) {
   return r;
 }
 
-MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, const std::vector<std::string>& unresolved,
-                                    int script_world_size) {
-  (void)unresolved;
+MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, int script_world_size) {
   MegatronLaunch l;
   const Words w = split_words(words);
   FlagSet f(l.notes);
@@ -914,7 +912,7 @@ MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, const
 
 MegatronLaunch parse_megatron_args(const std::string& text) {
   const ShellCommand c = shell_words(text);
-  return parse_megatron_words(c.words, c.unresolved);
+  return parse_megatron_words(c.words);
 }
 
 MegatronLaunch parse_megatron_script(const std::string& script, const std::string& name) {
@@ -923,7 +921,7 @@ MegatronLaunch parse_megatron_script(const std::string& script, const std::strin
   if (auto it = c.vars.find("WORLD_SIZE"); it != c.vars.end() && !it->second.values.empty() && !it->second.values[0].empty() &&
                                             !unresolved_text(it->second.values[0]))
     world = count_positive(it->second.values[0], name + ": WORLD_SIZE");
-  return parse_megatron_words(c.words, c.unresolved, world);
+  return parse_megatron_words(c.words, world);
 }
 
 namespace {

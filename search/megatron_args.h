@@ -50,8 +50,8 @@ MegatronLaunch parse_megatron_args(const std::string& text);
 // A launch script: the first command running a pretrain_*.py or torchrun, with the script's variables expanded.
 MegatronLaunch parse_megatron_script(const std::string& script, const std::string& name);
 // The words of a command (already split), e.g. from shell_words.
-MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, const std::vector<std::string>& unresolved = {},
-                                    int script_world_size = 0);
+// `script_world_size`: WORLD_SIZE as a script set it (0: not set).
+MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, int script_world_size = 0);
 
 // The plan of the launch for the model it trains and its GPU count: virtual stages, the pipeline split (a layout
 // or the account-for flags become explicit layers per virtual stage unless they equal lcplan's automatic split),

@@ -336,7 +336,7 @@ class Lexer {
         else if (i_ + 1 < s_.size()) add(std::string(1, s_[i_ + 1])), i_ += 2;
         else ++i_;
       } else if (blank(c)) {
-        if (!split_ && in_word_) return finish();
+        if (!split_) return finish();  // an assignment's value ends at the first blank (A= x runs x with A empty)
         finish();
         ++i_;
       } else if (c == '#' && !in_word_) {
