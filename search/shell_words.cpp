@@ -125,7 +125,7 @@ class Arithmetic {
     return v;
   }
 
-  const std::string& s_;
+  const std::string s_;  // owned, like the lexer's text
   const ShellVars& vars_;
   size_t i_ = 0;
   int depth_ = 0;
@@ -369,7 +369,7 @@ class Lexer {
     finish();
   }
 
-  const std::string& s_;
+  const std::string s_;  // owned: expand_quoted lexes a temporary
   const ShellVars& vars_;
   std::vector<std::string>& unresolved_;
   const bool split_;
