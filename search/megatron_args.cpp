@@ -170,6 +170,12 @@ class FlagSet {
                        "\"); Megatron uses the last one");
     map_[name] = {std::move(values), switch_off};
   }
+  // The single value as written, unchecked (nothing when absent, valueless or given several values).
+  std::optional<std::string> raw(const std::string& name) const {
+    auto it = map_.find(name);
+    if (it == map_.end() || it->second.switch_off || it->second.values.size() != 1) return std::nullopt;
+    return it->second.values[0];
+  }
   bool has(const std::string& name) const {
     auto it = map_.find(name);
     return it != map_.end() && !it->second.switch_off;
@@ -669,12 +675,18 @@ MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, int s
   Parallel& q = p.parallel;
 
   // World size: WORLD_SIZE in front of the command or set by the script, or torchrun's nodes x processes per node.
+  // A size the text leaves to a shell variable is unknown here, not an error: --gpus gives it.
   int world = 0;
-  if (auto it = w.env.find("WORLD_SIZE"); it != w.env.end()) world = count_positive(it->second, "WORLD_SIZE");
+  if (auto it = w.env.find("WORLD_SIZE"); it != w.env.end() && !unresolved_text(it->second))
+    world = count_positive(it->second, "WORLD_SIZE");
   else if (script_world_size > 0) world = script_world_size;
-  const auto nnodes = f.text("--nnodes");
-  const auto nproc = f.text("--nproc-per-node");
-  if (nnodes || nproc) {
+  const auto launcher_value = [&](const char* name) -> std::optional<std::string> {
+    const auto v = f.raw(name);
+    return v && !unresolved_text(*v) ? v : std::nullopt;
+  };
+  const auto nnodes = launcher_value("--nnodes");
+  const auto nproc = launcher_value("--nproc-per-node");
+  if ((nnodes || nproc) && !(f.raw("--nnodes") && f.raw("--nproc-per-node") && (!nnodes || !nproc))) {
     if (!nnodes || !nproc)
       throw UserError(std::string(nnodes ? "--nnodes" : "--nproc-per-node") + " is given without " +
                       (nnodes ? "--nproc-per-node" : "--nnodes") + " (give both, or the GPU count with --gpus)");

@@ -229,6 +229,9 @@ TEST(Flags, WorldSizeFromTheLauncher) {
   EXPECT_EQ(parse_megatron_args("torchrun --nnodes=4 --nproc_per_node=8 pretrain_gpt.py --seq-length 4096").world_size, 32);
   EXPECT_EQ(parse_megatron_args("WORLD_SIZE=16 python pretrain_gpt.py --seq-length 4096").world_size, 16);
   EXPECT_EQ(parse_megatron_args("--seq-length 4096").world_size, 0);
+  // Left to a shell variable: unknown here (the CLI asks for --gpus), not an error.
+  EXPECT_EQ(parse_megatron_args("torchrun --nnodes $NNODES --nproc-per-node 8 pretrain_gpt.py --bf16").world_size, 0);
+  EXPECT_EQ(parse_megatron_args("WORLD_SIZE=$N python pretrain_gpt.py --bf16").world_size, 0);
 }
 
 TEST(Flags, ApproximationsAreNotedOnce) {
