@@ -25,15 +25,16 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   std::string where = where_in;
   if (!j.is_object()) throw UserError(where + " must be a JSON object");
   if (j.contains("id") && j.at("id").is_string()) where += " (\"" + j.at("id").get<std::string>() + "\")";
-  static const char* kKeys[] = {"id",           "source", "plan",  "scope",        "peak_bytes",
-                                "step_seconds", "tflops_per_gpu", "notes", "not_modelled", "superseded_by", "peak_stage"};
+  static const char* kKeys[] = {"id",           "source",         "plan",       "scope",        "peak_bytes",
+                                "step_seconds", "tflops_per_gpu", "notes",      "status",       "failure",
+                                "peak_reserved_bytes", "not_modelled", "superseded_by", "peak_stage"};
   for (const auto& [k, _] : j.items()) {
     bool ok = false;
     for (const char* a : kKeys) ok = ok || k == a;
     if (!ok)
       throw UserError(where + " has unknown field \"" + k +
-                      "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes, "
-                      "not_modelled, superseded_by, peak_stage)");
+                      "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes, status, "
+                      "failure, peak_reserved_bytes, not_modelled, superseded_by, peak_stage)");
   }
   Measurement m;
   if (j.contains("id")) {
@@ -70,9 +71,20 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
     m.peak_stage = int(s.get<int64_t>());
   }
   m.tflops_per_gpu = positive(j, "tflops_per_gpu", where);
-  if (!m.peak_bytes && !m.step_seconds && !m.tflops_per_gpu)
+  m.peak_reserved_bytes = positive(j, "peak_reserved_bytes", where);
+  if (j.contains("status")) {
+    const auto& s = j.at("status");
+    if (s == "ok") m.status = MeasurementStatus::Ok;
+    else if (s == "out_of_memory") m.status = MeasurementStatus::OutOfMemory;
+    else throw UserError(where + ": \"status\" must be \"ok\" or \"out_of_memory\", got " + s.dump());
+  }
+  if (j.contains("failure") && !j.at("failure").is_string()) throw UserError(where + ": \"failure\" must be a string");
+  if (j.contains("failure")) m.failure = j.at("failure").get<std::string>();
+  if (j.contains("notes") && j.at("notes").is_string()) m.notes = j.at("notes").get<std::string>();  // free text, any type kept as before
+  // A run that did not fit is a result in itself: it needs no measured value.
+  if (m.status == MeasurementStatus::Ok && !m.peak_bytes && !m.step_seconds && !m.tflops_per_gpu)
     throw UserError(where + " has no measured value (give peak_bytes, step_seconds or tflops_per_gpu)");
-  if (m.scope == MeasurementScope::MoeLayer && (m.peak_bytes || m.tflops_per_gpu || !m.step_seconds))
+  if (m.scope == MeasurementScope::MoeLayer && (m.peak_bytes || m.tflops_per_gpu || !m.step_seconds || m.status != MeasurementStatus::Ok))
     throw UserError(where + ": a \"moe_layer\" measurement takes step_seconds only");
   if (m.id.empty()) m.id = where_in;
   return m;

@@ -4,6 +4,10 @@
 //   "scope": "step" | "moe_layer", "peak_bytes": x, "step_seconds": x, "tflops_per_gpu": x, "notes": "..."}
 // At least one of peak_bytes / step_seconds / tflops_per_gpu is required. scope "moe_layer" measures one MoE layer
 // forward+backward on one rank (the article's chunked-EP proxy) and takes step_seconds only.
+// Optional: "status": "ok" (default) | "out_of_memory" -- the run hit CUDA out-of-memory, so the plan did not fit on
+// its hardware (a tune loop treats it as infeasible; `lcplan calibrate` skips it; it may carry no measured value);
+// "failure": the reason line; "peak_reserved_bytes": what the caching allocator reserved at most (Megatron's
+// `max reserved`), kept for reference and not fitted.
 // A file holds a JSON array of records, or {"measurements": [...]}. Unknown fields are errors naming the field.
 #pragma once
 
@@ -20,6 +24,7 @@
 namespace lcplan {
 
 enum class MeasurementScope { Step, MoeLayer };
+enum class MeasurementStatus { Ok, OutOfMemory };
 
 struct Measurement {
   std::string id;
@@ -30,6 +35,9 @@ struct Measurement {
   std::optional<int> peak_stage;  // the pipeline stage whose peak was measured (default: the largest over stages)
   std::optional<double> step_seconds;
   std::optional<double> tflops_per_gpu;
+  MeasurementStatus status = MeasurementStatus::Ok;
+  std::string failure;                        // why the run failed (status out_of_memory)
+  std::optional<double> peak_reserved_bytes;  // allocator's reserved peak (reference only)
   std::string notes;
   std::string not_modelled;   // non-empty: the run is of something lcplan does not model (the reason); not predicted
   std::string superseded_by;  // non-empty: an older report of the same configuration; predicted, never fitted

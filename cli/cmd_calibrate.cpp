@@ -1,4 +1,5 @@
 // lcplan calibrate: fit a calibration profile to measured runs (regularized least squares) and report the fit.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -41,6 +42,12 @@ std::vector<MeasuredCase> load_cases(const std::vector<std::string>& files, std:
   for (const std::string& f : files) {
     std::vector<Measurement> ms = load_measurements(f);
     for (Measurement& m : ms) {
+      // A run that ran out of memory measured nothing to fit or predict: it says the plan does not fit.
+      if (m.status != MeasurementStatus::Ok) {
+        if (m.not_modelled.empty()) m.not_modelled = "the run did not complete (" + m.failure + ")";
+        if (not_modelled) not_modelled->push_back(m);
+        continue;
+      }
       if (!m.not_modelled.empty() && not_modelled) not_modelled->push_back(m);
       all.push_back(std::move(m));
     }
@@ -96,6 +103,9 @@ void register_calibrate(CLI::App& app, int& exit_code) {
     j["description"] = "fitted by lcplan calibrate from " + source + " starting from " + args->start + " with priors " +
                        args->priors;
     write_file_atomic(args->out, j.dump(2) + "\n");  // first: a failed write must leave no report on stdout
+    const size_t did_not_fit = size_t(std::count_if(skipped.begin(), skipped.end(),
+                                                    [](const Measurement& m) { return m.status == MeasurementStatus::OutOfMemory; }));
+    if (did_not_fit > 0) std::printf("skipped %zu measurements with status out_of_memory (nothing measured to fit)\n", did_not_fit);
     std::fputs(fit_report(r).c_str(), stdout);
     std::printf("wrote %s\n", args->out.c_str());
     exit_code = 0;

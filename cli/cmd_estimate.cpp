@@ -25,12 +25,14 @@ void register_estimate(CLI::App& app, int& exit_code) {
   cmd->add_flag("--json", args->json, "print the estimate record as JSON");
   cmd->add_option("--out", args->out, "also write the estimate record (JSON) to this file");
   cmd->callback([args, &exit_code]() {
-    Plan plan = plan_from_flags(args->plan, /*allow_lists=*/false);
-    const Inputs in = load_inputs(plan, args->plan.calibration);
+    StartingPoint start = starting_point(args->plan, /*allow_lists=*/false);
+    Plan& plan = start.plan;
+    const Inputs in = load_inputs(plan, args->plan.calibration, start.model);
     require_valid_plan(in.model, plan);
     const Estimate e = estimate(in.model, plan, in.hardware, in.calibration);
     const std::string record = estimate_to_json(e, plan).dump(2) + "\n";
     if (!args->out.empty()) write_file_atomic(args->out, record);
+    print_warnings(start);
     if (args->json) std::fputs(record.c_str(), stdout);
     else std::fputs(estimate_table(e, plan, in.model, in.hardware).c_str(), stdout);
     exit_code = 0;

@@ -7,6 +7,7 @@
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "search/emit.h"
+#include "search/megatron_args.h"
 
 namespace lcplan::cli {
 
@@ -41,7 +42,14 @@ void register_search(CLI::App& app, int& exit_code) {
     if (!a->out.empty()) write_file_atomic(a->out, plan_to_json(best.plan).dump(2) + "\n");
     if (a->json) std::printf("%s\n", search_json(r, recipe).dump(2).c_str());
     else std::fputs(search_table(r, recipe, a->explain_rejects, 8).c_str(), stdout);
-    if (a->emit == "megatron") std::printf("\n%s", megatron_flags(best.plan, in.model).c_str());
+    if (a->emit == "megatron") {
+      // Model-shape flags first (when Megatron-LM's flags can describe the model), then the plan's.
+      const std::string shape = megatron_model_flags(in.model, /*with_mtp=*/false);
+      std::printf("\n%s%s", shape.empty() ? "" : (shape + " \\\n").c_str(), megatron_flags(best.plan, in.model).c_str());
+      if (shape.empty())
+        std::printf("# model %s: its layers (gated DeltaNet, sliding window, ...) have no Megatron-LM shape flags here; "
+                    "use its Megatron-Bridge provider\n", in.model.name.c_str());
+    }
     exit_code = 0;
   });
 }

@@ -15,4 +15,5 @@ void register_report(CLI::App& app, int& exit_code);
 namespace lcplan {
 void register_calibrate(CLI::App& app, int& exit_code);  // cli/cmd_calibrate.cpp
 void register_validate(CLI::App& app, int& exit_code);   // cli/cmd_validate.cpp
+void register_ingest(CLI::App& app, int& exit_code);     // cli/cmd_ingest.cpp
 }

@@ -29,20 +29,44 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
   }
   if (args.empty()) throw UserError("no command given (valid: " + commands + "; `lcplan --help` describes them)");
   if (!cmd) throw UserError("unknown command \"" + args[0] + "\" (valid: " + commands + ")");
-  const std::string usage = "see `lcplan " + args[0] + " --help`";
+  // Commands with their own commands (`ingest megatron`): the next argument picks one.
+  std::string path = args[0];
+  size_t first = 1;
+  for (auto subs = cmd->get_subcommands([](const CLI::App*) { return true; }); !subs.empty();
+       subs = cmd->get_subcommands([](const CLI::App*) { return true; })) {
+    std::string names;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : subs) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      if (first < args.size() && sub->get_name() == args[first]) next = sub;
+    }
+    if (!next && first < args.size())
+      throw UserError("unknown " + path + " command \"" + args[first] + "\" (valid: " + names + ")");
+    if (!next) throw UserError(path + " needs one of: " + names + " (see `lcplan " + path + " --help`)");
+    cmd = next;
+    path += " " + args[first++];
+  }
+  const std::string usage = "see `lcplan " + path + " --help`";
+  const CLI::Option* positional = nullptr;  // a command's file arguments (ingest megatron LOG...)
+  for (const CLI::Option* opt : cmd->get_options())
+    if (opt->get_positional()) positional = opt;
 
   std::set<const CLI::Option*> given;
-  for (size_t i = 1; i < args.size(); ++i) {
+  for (size_t i = first; i < args.size(); ++i) {
     const std::string& t = args[i];
+    if (positional && !t.empty() && t[0] != '-') {
+      given.insert(positional);
+      continue;
+    }
     if (t.size() > 1 && t[0] == '-' && (t.size() == 2 || t[1] != '-'))
-      throw UserError("unknown flag " + t + " for " + args[0] + " (flags start with two dashes; " + usage + ")");
+      throw UserError("unknown flag " + t + " for " + path + " (flags start with two dashes; " + usage + ")");
     if (t.rfind("--", 0) != 0 || t == "--")
-      throw UserError("unexpected argument \"" + t + "\" for " + args[0] + " (every value follows its flag, e.g. --gpus 32; " +
+      throw UserError("unexpected argument \"" + t + "\" for " + path + " (every value follows its flag, e.g. --gpus 32; " +
                       usage + ")");
     const size_t eq = t.find('=');
     const std::string name = t.substr(0, eq);
     const CLI::Option* opt = cmd->get_option_no_throw(name);
-    if (!opt) throw UserError("unknown flag " + name + " for " + args[0] + " (" + usage + ")");
+    if (!opt) throw UserError("unknown flag " + name + " for " + path + " (" + usage + ")");
     if (!given.insert(opt).second) throw UserError(name + " is given twice (give it once)");
     const bool takes_value = opt->get_items_expected_min() > 0;  // switches expect no items
     if (!takes_value) {
@@ -50,10 +74,11 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
       continue;
     }
     // A value is the rest after '=' or the next argument, unless that is the next flag (a value never starts with
-    // "--"; negative numbers start with one dash and are judged by the flag's own parser).
+    // "--" unless it holds blanks; negative numbers start with one dash and are judged by the flag's own parser).
     std::string value;
     if (eq != std::string::npos) value = t.substr(eq + 1);
-    else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i];
+    else if (i + 1 < args.size() && (args[i + 1].rfind("--", 0) != 0 || args[i + 1].find_first_of(" \t\n") != std::string::npos))
+      value = args[++i];  // a word with blanks is a value even when it starts with "--" (--megatron-args "--tp 2 ...")
     else throw UserError(name + " needs a value: " + opt->get_description());
     if (value.empty()) throw UserError(name + " needs a non-empty value: " + opt->get_description());
     // A list option (several files) takes every following argument up to the next flag.
@@ -62,7 +87,8 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
   }
   for (const CLI::Option* opt : cmd->get_options())
     if (opt->get_required() && !given.count(opt))
-      throw UserError(args[0] + " needs " + opt->get_name() + ": " + opt->get_description());
+      throw UserError(path + " needs " + (opt->get_positional() ? "at least one " + opt->get_name() + " argument"
+                                                                : opt->get_name()) + ": " + opt->get_description());
 }
 
 }  // namespace
@@ -77,6 +103,7 @@ int main(int argc, char** argv) {
   lcplan::cli::register_report(app, exit_code);
   lcplan::register_calibrate(app, exit_code);
   lcplan::register_validate(app, exit_code);
+  lcplan::register_ingest(app, exit_code);
   try {
     check_command_line(app, argc, argv);
     app.parse(argc, argv);

@@ -10,6 +10,10 @@ namespace lcplan::cli {
 
 void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_option("--plan", f.plan_file, "recipe.json to start from (flags override its values)");
+  c->add_option("--megatron-args", f.megatron_args,
+                "a Megatron-LM command line or its flags to start from (flags given to lcplan override it)");
+  c->add_option("--megatron-args-file", f.megatron_args_file,
+                "a Megatron-LM launch script (the pretrain_*.py / torchrun command is read) to start from");
   c->add_option("--model", f.model, "zoo name (see `lcplan models`) or path to a Hugging Face config.json");
   c->add_option("--hardware", f.hardware, "hardware profile (data/hardware: h100-sxm-80gb, h800, h200, a100-sxm-80gb, b200, gb200-nvl72) or JSON path");
   c->add_option("--gpus", f.gpus, "total GPUs");
@@ -127,6 +131,10 @@ int single(const std::string& text, const std::string& flag, bool allow_lists, i
 Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   Plan p;
   if (!f.plan_file.empty()) p = plan_from_json(read_json_file(f.plan_file, "plan file"));
+  return apply_plan_flags(p, f, allow_lists);
+}
+
+Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
   if (!f.model.empty()) p.model = f.model;
   if (!f.hardware.empty()) p.hardware = f.hardware;
   if (!f.gpus.empty()) p.gpus = parse_positive_int(f.gpus, "--gpus");
@@ -200,12 +208,18 @@ auto looked_up(const char* what, const std::string& name, F load) {
 
 }  // namespace
 
-Inputs load_inputs(Plan& plan, const std::string& calibration_override) {
+ModelSpec load_named_model(const std::string& name) {
+  return looked_up("model", name, [&] { return load_model(name, data_dir()); });
+}
+
+Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model) {
   const std::string dir = data_dir();
   const std::string cal = calibration_override.empty() ? "default" : calibration_override;
-  Inputs in{looked_up("model", plan.model, [&] { return model_for_plan(load_model(plan.model, dir), plan); }),
+  Inputs in{model ? model_for_plan(*model, plan)
+                  : looked_up("model", plan.model, [&] { return model_for_plan(load_model(plan.model, dir), plan); }),
             looked_up("hardware", plan.hardware, [&] { return load_hardware(plan.hardware, dir); }),
-            looked_up("calibration", cal, [&] { return load_calibration(cal, dir); })};
+            looked_up("calibration", cal, [&] { return load_calibration(cal, dir); }),
+            Calibration{}};
   require_known_implementation(in.calibration, plan.implementation);
   in.profile = in.calibration;
   in.calibration = calibration_for(in.profile, in.hardware.name, plan.implementation);

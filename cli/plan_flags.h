@@ -14,6 +14,7 @@ namespace lcplan::cli {
 
 struct PlanFlags {
   std::string plan_file;      // --plan recipe.json (flags given on the command line override its values)
+  std::string megatron_args, megatron_args_file;  // a Megatron-LM launch to start from instead (search/megatron_args.h)
   std::string model, hardware, seq, precision, optimizer_sharding, recompute, implementation, calibration;
   std::string gpus, gpus_per_node, micro_batch, global_batch;
   std::string tp, pp, vpp, cp, ep, etp, ep_chunks, recompute_layers;  // "8" or, for search, "8,16"
@@ -41,6 +42,8 @@ std::string optimizer_sharding_flag(const PlanFlags& f);
 // The base plan: --plan file (if any) with every single-valued flag applied on top. List-valued flags are
 // rejected unless `allow_lists` (search applies them itself).
 Plan plan_from_flags(const PlanFlags& f, bool allow_lists);
+// The flags applied on top of a plan, then the checks that a model, a GPU count and a sequence length are known.
+Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists);
 
 }  // namespace lcplan::cli
 
@@ -57,7 +60,25 @@ struct Inputs {
   Calibration calibration;  // the profile resolved for the plan's hardware and implementation
   Calibration profile;      // the profile as loaded (bands, overrides for other hardware)
 };
-// Also fills plan.gpus_per_node from the hardware profile when the plan leaves it at 0.
-Inputs load_inputs(Plan& plan, const std::string& calibration_override);
+// Also fills plan.gpus_per_node from the hardware profile when the plan leaves it at 0. A `model` given (one built
+// from Megatron shape flags, or already loaded) is used instead of loading plan.model.
+Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model = {});
+
+// A model by zoo name or config.json path; a name too long to look up becomes one sentence.
+ModelSpec load_named_model(const std::string& name);
+
+// What a command starts from: plan_from_flags, or a Megatron-LM launch (--megatron-args / --megatron-args-file)
+// read for its model (--model, else the launch's shape flags) and GPU count (--gpus, else WORLD_SIZE or
+// --nnodes x --nproc-per-node), with every other plan flag applied on top (cli/megatron_input.cpp).
+struct StartingPoint {
+  Plan plan;
+  std::optional<ModelSpec> model;     // the model, when already loaded or built from flags
+  std::vector<std::string> warnings;  // lines for stderr: ignored flags, flags read approximately
+  bool from_megatron = false;
+  bool global_batch_given = true;     // false: the launch left --global-batch-size at Megatron's default
+};
+StartingPoint starting_point(const PlanFlags& f, bool allow_lists);
+// Prints the warnings, one "lcplan: warning: ..." line each, on stderr.
+void print_warnings(const StartingPoint& s);
 
 }  // namespace lcplan::cli

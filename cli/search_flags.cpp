@@ -64,8 +64,16 @@ std::vector<std::string> given_search_flags(const SearchFlags& f) {
 }
 
 SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
-  Plan base = plan_from_flags(flags, /*allow_lists=*/true);
-  Inputs in = load_inputs(base, flags.calibration);
+  StartingPoint start = starting_point(flags, /*allow_lists=*/true);
+  Plan base = start.plan;
+  if (start.from_megatron) {
+    // The launch gives the fixed fields (model, GPUs, sequence, batch, precision, ...); the dimensions the search
+    // walks stay free unless pinned with lcplan's flags, so the launch's pipeline split (for its pp) is dropped,
+    // and a global batch the launch left at Megatron's default (micro batch x dp of its layout) too.
+    base.pipeline = {};
+    if (!start.global_batch_given) base.global_batch = 0;
+  }
+  Inputs in = load_inputs(base, flags.calibration, start.model);
   if (flags.global_batch.empty() && base.global_batch == 0) base.global_batch = base.gpus;  // one sequence per GPU
   SearchOptions opt;
   const double hbm_gib = in.hardware.hbm_bytes / double(1 << 30);
@@ -97,6 +105,7 @@ SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
   ReducedRecipe recipe = reduce_recipe(in.model, base, in.hardware, in.calibration, opt, r);
   // Nothing fits: say why on stderr, print no table that could be mistaken for a result.
   if (r.top.empty()) throw UserError(explain_infeasible(r, in.hardware, opt));
+  print_warnings(start);
   return {std::move(base), std::move(in), opt, std::move(r), std::move(recipe)};
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for a chosen time:  fuzz/run.sh <target> <seconds> [extra libFuzzer flags]
-#   targets: hf_config plan measurement calibration size estimate
+#   targets: hf_config plan measurement calibration size estimate megatron_args megatron_log
 # Builds the fuzz preset (clang) if needed, fuzzes with the seed corpus read-only (new inputs go to a scratch
 # corpus under build/fuzz/), and writes any crash to build/fuzz/artifacts/<target>/. A crash found should be
 # copied into fuzz/corpus/<target>/ (named regress-<what>) together with its fix, so every replay checks it.
@@ -15,7 +15,7 @@ build=${LCPLAN_FUZZ_BUILD:-build/fuzz}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   if [ "$build" = build/fuzz ]; then cmake --preset fuzz >/dev/null
   else cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLCPLAN_CUDA=OFF -DLCPLAN_FUZZ=ON -DLCPLAN_BENCH=OFF \
-         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DLCPLAN_AREAS="models;estimator;search;kernels;profiler;fuzz" \
+         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DLCPLAN_AREAS="models;estimator;calibrate;search;kernels;profiler;fuzz" \
          >/dev/null; fi
 fi
 cmake --build "$build" --target "fuzz_$target" -j "${LCPLAN_JOBS:-2}"

@@ -52,6 +52,16 @@ const fs::path& scratch() {
     std::ofstream(d / "other_plan_runs.json")
         << R"([{"id": "x", "plan": {"model": "qwen3.5-35b-a3b", "gpus": 64, "seq_len": 4096}, "peak_bytes": 1e10}])";
     std::ofstream(d / "junk.json", std::ios::binary) << std::string("\x7f" "ELF\0\xff\xfe", 8);
+    // Megatron-LM interop inputs: a valid recipe, logs that cannot be ingested, a script with an unclosed quote.
+    std::ofstream(d / "plan_ok.json") << R"({"model": "qwen3-30b-a3b", "gpus": 32, "seq_len": 4096, "global_batch": 64,
+      "parallel": {"ep": 8}})";
+    const std::string iteration = " iteration 10/100 | elapsed time per iteration (ms): 1000.0 | global batch size: ";
+    std::ofstream(d / "good.log") << iteration << "64 |\n" << iteration << "64 |\n";
+    std::ofstream(d / "gb128.log") << iteration << "128 |\n" << iteration << "128 |\n";
+    std::ofstream(d / "no_iterations.log") << "> building GPT model ...\n";
+    std::ofstream(d / "crash.log") << "Traceback (most recent call last):\n  File \"pretrain_gpt.py\", line 3\n"
+                                      "ValueError: bad value\n";
+    std::ofstream(d / "unclosed.sh") << "A=\"open\ntorchrun pretrain_gpt.py --seq-length 4096\n";
     return d;
   }();
   // Removed at exit (the forked children leave through execv or _Exit, so only the test process runs this).
@@ -278,6 +288,52 @@ std::vector<Bad> bad_invocations() {
        {"no_such_runs.json"}},
       {"report --search: nothing fits",
        {"report", "--search", "--model", "deepseek-v3", "--gpus", "8", "--seq", "1M", "--out", path("r.html")}, {"fits"}},
+      {"megatron args: a contradiction", est({"--megatron-args", "--fp8-format hybrid --fp4-format e2m1"}), {"--fp8-format", "--fp4-format"}},
+      {"megatron args with --plan", {"estimate", "--plan", path("plan_ok.json"), "--megatron-args", "--seq-length 4096 --bf16"},
+       {"--plan", "--megatron-args"}},
+      {"megatron args with a args file", est({"--megatron-args", "--bf16 --seq-length 4096", "--megatron-args-file", path("unclosed.sh")}),
+       {"--megatron-args", "--megatron-args-file"}},
+      {"megatron args without a GPU count", {"estimate", "--model", "qwen3-30b-a3b", "--megatron-args", "--seq-length 4096 --bf16"},
+       {"GPU count", "--gpus"}},
+      {"megatron args without a model", {"estimate", "--gpus", "8", "--megatron-args", "--num-layers 4 --seq-length 4096"},
+       {"--model", "--hidden-size"}},
+      {"megatron args with an unset variable", {"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--megatron-args", "--seq-length $SEQ --bf16"},
+       {"--seq-length", "$SEQ"}},
+      {"megatron layers disagree with --model", {"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--megatron-args", "--num-layers 40 --bf16"},
+       {"--num-layers 40", "48"}},
+      {"megatron args plan breaks a rule", {"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--megatron-args", "--seq-length 4096 --tensor-model-parallel-size 3 --bf16"},
+       {"tp"}},
+      {"megatron args file missing", {"estimate", "--model", "qwen3-30b-a3b", "--megatron-args-file", path("no_such_run.sh")}, {"no_such_run.sh"}},
+      {"megatron script with an unclosed quote", {"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--megatron-args-file", path("unclosed.sh")},
+       {"unclosed.sh", "line 1", "quote"}},
+      {"search: megatron args without a model", {"search", "--gpus", "8", "--megatron-args", "--seq-length 4096 --bf16"}, {"--model"}},
+      {"ingest without a source", {"ingest"}, {"ingest", "megatron"}},
+      {"ingest with an unknown source", {"ingest", "nemo"}, {"nemo", "megatron"}},
+      {"ingest megatron without logs", {"ingest", "megatron", "--plan", path("plan_ok.json"), "--out", path("runs.json")}, {"logs"}},
+      {"ingest megatron without --plan", {"ingest", "megatron", path("good.log"), "--out", path("runs.json")}, {"--plan"}},
+      {"ingest megatron without --out", {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json")}, {"--out"}},
+      {"ingest megatron log missing", {"ingest", "megatron", path("no_such.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json")},
+       {"no_such.log"}},
+      {"ingest megatron log without iteration lines",
+       {"ingest", "megatron", path("no_iterations.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json")},
+       {"no_iterations.log", "no iteration lines"}},
+      {"ingest megatron crashed run", {"ingest", "megatron", path("crash.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json")},
+       {"crash.log", "failed before its first logged iteration", "ValueError: bad value"}},
+      {"ingest megatron global batch other than the plan's",
+       {"ingest", "megatron", path("gb128.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json")},
+       {"global batch size 128", "global_batch 64"}},
+      {"ingest megatron every iteration skipped",
+       {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json"), "--skip-iterations", "5"},
+       {"--skip-iterations 5", "0 to 1"}},
+      {"ingest megatron --skip-iterations not a number",
+       {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json"), "--skip-iterations", "x"},
+       {"--skip-iterations", "\"x\""}},
+      {"ingest megatron plan file invalid", {"ingest", "megatron", path("good.log"), "--plan", path("bad_plan.json"), "--out", path("runs.json")},
+       {"tensor_parallel"}},
+      {"ingest megatron --out into a missing directory",
+       {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json"), "--out", path("missing_dir/runs.json")}, {"missing_dir"}},
+      {"ingest megatron unknown flag", {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json"), "--rank", "0"},
+       {"--rank", "ingest megatron"}},
       {"calibrate without measurements", {"calibrate", "--out", path("calib.json")}, {"--measurements"}},
       {"calibrate with a missing measurements file",
        {"calibrate", "--measurements", path("no_such_runs.json"), "--out", path("calib.json")}, {"no_such_runs.json"}},
