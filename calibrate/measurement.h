@@ -5,6 +5,16 @@
 // At least one of peak_bytes / step_seconds / tflops_per_gpu is required. scope "moe_layer" measures one MoE layer
 // forward+backward on one rank (the article's chunked-EP proxy) and takes step_seconds only.
 // A file holds a JSON array of records, or {"measurements": [...]}. Unknown fields are errors naming the field.
+//
+// Optional detail (lcplan-exec writes it; `lcplan validate` compares it with the estimate), all byte values >= 0:
+//   "breakdown": {params, grads, optimizer, fsdp_buffers, activations, logits, moe_buffers, workspace, cuda_context,
+//                 fragmentation}  at the peak (missing keys read 0),
+//   "peak_phase": "forward" | "loss" | "backward" | "optimizer",  "peak_rank": n,
+//   "phases": {"<phase>": {"peak_bytes", "breakdown", "category_peaks", "seconds"}},
+//   "ranks": [{"rank", "peak_bytes", "peak_phase", "workspace_high_water_bytes"}],
+//   "scale": {"factor", "layers_per_kind", "mtp_dropped", "kept_layers": [..], "model": {..}},
+//   "steps", "loss", "grad_norm", "per_step": [{"loss", "grad_norm", "seconds"}],
+//   "backend", "device", "host" (strings), "executor" (an object of implementation facts, not interpreted).
 #pragma once
 
 #include <optional>
@@ -13,13 +23,44 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
+#include <map>
+
 #include "estimator/hardware.h"
+#include "estimator/memory_model.h"
 #include "estimator/plan.h"
 #include "models/model_spec.h"
 
 namespace lcplan {
 
 enum class MeasurementScope { Step, MoeLayer };
+
+struct MeasuredPhase {
+  std::optional<double> peak_bytes;
+  std::optional<MemoryBreakdown> breakdown;       // at the phase's peak
+  std::optional<MemoryBreakdown> category_peaks;  // each category's own largest value during the phase
+  std::optional<double> seconds;
+};
+
+struct MeasuredRank {
+  int rank = 0;
+  std::optional<double> peak_bytes;
+  std::optional<Phase> peak_phase;
+  std::optional<double> workspace_high_water_bytes;
+};
+
+// How a measured model was derived from the plan's model (lcplan-exec --scale / --layers; executor/scale.h).
+struct MeasuredScale {
+  int factor = 1;
+  int layers_per_kind = 0;
+  int mtp_dropped = 0;
+  std::vector<int> kept_layers;
+  nlohmann::json model;  // the scaled model's sizes, for people (not interpreted)
+};
+
+struct MeasuredStep {
+  std::optional<double> loss, grad_norm, seconds;
+};
 
 struct Measurement {
   std::string id;
@@ -29,7 +70,29 @@ struct Measurement {
   std::optional<double> peak_bytes;
   std::optional<double> step_seconds;
   std::optional<double> tflops_per_gpu;
+
+  // Optional detail (see the record above).
+  std::optional<MemoryBreakdown> breakdown;
+  std::optional<Phase> peak_phase;
+  std::optional<int> peak_rank;
+  std::array<std::optional<MeasuredPhase>, 4> phases;  // indexed by Phase
+  std::vector<MeasuredRank> ranks;
+  std::optional<MeasuredScale> scale;
+  std::optional<int> steps;
+  std::optional<double> loss, grad_norm;
+  std::vector<MeasuredStep> per_step;
+  std::string backend, device, host;
+  nlohmann::json executor;  // null when absent
+  std::string notes;
 };
+
+// The breakdown record ({"params": ..}) <-> MemoryBreakdown; `where` names the record in errors (UserError).
+MemoryBreakdown breakdown_from_json(const nlohmann::json& j, const std::string& where);
+nlohmann::json breakdown_to_json(const MemoryBreakdown& b);
+// "forward" -> Phase::Forward; throws UserError naming the value otherwise.
+Phase phase_from_string(const std::string& s, const std::string& where);
+// The record as JSON (the fields the parser accepts; what lcplan-exec writes).
+nlohmann::json measurement_to_json(const Measurement& m);
 
 // Throws UserError naming the record and the field.
 Measurement measurement_from_json(const nlohmann::json& j, const std::string& where);
