@@ -693,6 +693,14 @@ Buf<bf16> concat16(Ctx& c, const moe::MoeSaved& s, F member) {
   return b;
 }
 
+// bf16(SwiGLU(h1)) of bf16 fc1 outputs [rows x 2f], as saved activations.
+Buf<bf16> swiglu16(Ctx& c, const Buf<bf16>& h1, int64_t f) {
+  const int64_t rows = int64_t(h1.size()) / (2 * f);
+  WS x = load(c, h1), act = ws(c, size_t(rows * f));
+  swiglu_fwd(x.data(), act.data(), rows, f);
+  return save16(c, act.data(), act.size());
+}
+
 void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
   const moe::MoeConfig& cfg = c.d.moe;
   const int64_t T = c.tokens, E = cfg.experts, S = cfg.shared_ffn;
@@ -711,11 +719,12 @@ void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Ke
     sv.xe = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.xe; });
     sv.yp = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.yp; });
     sv.h1 = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.h1; });
-    if (keep == Keep::All)
-      sv.eact = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.act; });
+    // The kernel keeps its activations in fp32; the saved ones are SwiGLU of the saved (bf16) fc1 outputs, rounded:
+    // exactly what selective recompute rebuilds, so every recompute mode backpropagates the same values.
+    if (keep == Keep::All) sv.eact = swiglu16(c, sv.h1, cfg.expert_ffn);
     if (S) {
       sv.sh1 = save16(c, ms.sh1.data(), ms.sh1.size());
-      if (keep == Keep::All) sv.sact = save16(c, ms.sact.data(), ms.sact.size());
+      if (keep == Keep::All) sv.sact = swiglu16(c, sv.sh1, S);
     }
     // Counts per (peer, chunk, local expert): what the backward's all-to-alls need without exchanging them again.
     sv.moe_meta = Buf<int64_t>(c.tr, Category::Activations, ms.counts_recv.size());
@@ -890,15 +899,8 @@ void rebuild_selective(Ctx& c, const UnitLayout& u, const UnitView& w, const Lay
     swiglu_fwd(h1.data(), act.data(), T, d.F);
     sv.act = save16(c, act.data(), act.size());
   } else {
-    const int64_t F = d.moe.expert_ffn, rows = int64_t(sv.h1.size()) / (2 * F);
-    WS h1 = load(c, sv.h1), act = ws(c, size_t(rows * F));
-    swiglu_fwd(h1.data(), act.data(), rows, F);
-    sv.eact = save16(c, act.data(), act.size());
-    if (d.moe.shared_ffn) {
-      WS s1 = load(c, sv.sh1), sa = ws(c, size_t(T * d.moe.shared_ffn));
-      swiglu_fwd(s1.data(), sa.data(), T, d.moe.shared_ffn);
-      sv.sact = save16(c, sa.data(), sa.size());
-    }
+    sv.eact = swiglu16(c, sv.h1, d.moe.expert_ffn);
+    if (d.moe.shared_ffn) sv.sact = swiglu16(c, sv.sh1, d.moe.shared_ffn);
   }
 }
 
