@@ -110,6 +110,15 @@ int main(int argc, char** argv) {
   lcplan::comm::Watchdog wd;
   MPI_Comm_dup(MPI_COMM_WORLD, &wd.notices);
   MPI_Comm_set_errhandler(wd.notices, MPI_ERRORS_RETURN);
+  // A peer failed (or the timeout passed) inside a wait: report and leave from here, without unwinding the stack
+  // (the wait's requests still point into its buffers).
+  wd.on_failure = [&wd, rank](int, const std::string& message) {
+    std::fprintf(stderr, "lcplan-exec: error (rank %d): %s\n", rank, message.c_str());
+    std::fflush(stderr);
+    std::vector<MPI_Request> none;
+    lcplan::comm::finish_after_failure(wd, none, 10.0);
+    std::_Exit(1);
+  };
   lcplan::comm::Comm world;
   bool running = false;  // past the checks: a failure now may leave peers waiting on this rank
   try {

@@ -136,14 +136,18 @@ void check_watchdog(const Watchdog& w, double waited, const char* what) {
       MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &len));
       std::string msg(static_cast<size_t>(std::max(len, 0)), ' ');
       MPI_CHECK(MPI_Recv(msg.data(), len, MPI_CHAR, st.MPI_SOURCE, kNoticeTag, w.notices, MPI_STATUS_IGNORE));
-      throw PeerFailure(st.MPI_SOURCE, "rank " + std::to_string(st.MPI_SOURCE) + " failed: " + msg);
+      const std::string m = "rank " + std::to_string(st.MPI_SOURCE) + " failed: " + msg;
+      if (w.on_failure) w.on_failure(st.MPI_SOURCE, m);
+      throw PeerFailure(st.MPI_SOURCE, m);
     }
   }
   if (w.timeout_seconds > 0 && waited > w.timeout_seconds) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%.3g", w.timeout_seconds);
-    throw PeerFailure(-1, std::string(what) + " waited longer than the " + buf +
-                              " s timeout for its peers (a rank failed, died or hangs)");
+    const std::string m = std::string(what) + " waited longer than the " + buf +
+                          " s timeout for its peers (a rank failed, died or hangs)";
+    if (w.on_failure) w.on_failure(-1, m);
+    throw PeerFailure(-1, m);
   }
 }
 

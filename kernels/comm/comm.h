@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ constexpr int kNoticeTag = 32766;  // reserved for failure notices on the notice
 struct Watchdog {
   MPI_Comm notices = MPI_COMM_NULL;  // a communicator over every rank of the job, used only for notices
   double timeout_seconds = 0;        // > 0: a single wait longer than this throws PeerFailure
+  // Called with (origin, message) instead of throwing when set, and must not return: a rank whose wait is cut short
+  // still has requests in flight into buffers that unwinding the stack would free (lcplan-exec reports, meets the
+  // other ranks with finish_after_failure and exits in place).
+  std::function<void(int origin, const std::string& message)> on_failure;
 };
 
 // A wait ended because another rank reported a failure (origin >= 0: its rank in `notices`) or the deadline passed
