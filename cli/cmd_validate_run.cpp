@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/measurement.h"
+#include "cli/commands.h"
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
@@ -18,12 +19,6 @@
 
 namespace lcplan {
 
-struct ValidateRunArgs {
-  std::string plan, measured, implementation;  // implementation: "" = the measurement plan's
-  bool json = false;
-};
-
-// Compares every record of the measurements file; returns the text (or JSON) to print. Throws UserError.
 std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir) {
   const Plan recipe = plan_from_json(read_json_file(a.plan, "plan file"));
   const std::vector<Measurement> ms = load_measurements(a.measured);

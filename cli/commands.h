@@ -1,6 +1,8 @@
 // Each subcommand registers itself on the app; its callback sets exit_code. UserError escapes to main.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace lcplan::cli {
@@ -13,4 +15,15 @@ void register_search(CLI::App& app, int& exit_code);
 
 namespace lcplan {
 void register_calibrate(CLI::App& app, int& exit_code);  // cli/cmd_calibrate.cpp
+
+// cli/cmd_validate_run.cpp: `lcplan validate --plan recipe.json --measured measured.json [--implementation P]
+// [--json]`, ready to register (not registered yet).
+struct ValidateRunArgs {
+  std::string plan, measured, implementation;  // implementation: "" = the measurement plan's profile
+  bool json = false;
+};
+// The comparison of every record in the measurements file with the estimate of its (scaled) plan, as text or JSON.
+// Throws UserError naming a bad file, a record for a different plan, or an unknown profile.
+std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir);
+void register_validate_run(CLI::App& app, int& exit_code);
 }

@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
     const lcplan::exec::ExecResult r = lcplan::exec::run_executor(world, sc.model, sc.plan, o);
     if (world.rank == 0) {
       const lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
-      lcplan::write_file_atomic(a.out, lcplan::measurement_to_json(m).dump(2) + "\n");
+      // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
+      lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
       std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",
                   m.id.c_str(), *m.loss, *m.grad_norm, *m.step_seconds, *m.peak_bytes / 1048576.0, *m.peak_rank,
                   lcplan::to_string(*m.peak_phase), a.out.c_str());

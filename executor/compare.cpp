@@ -31,9 +31,9 @@ std::vector<CategoryRow> rows(const MemoryBreakdown& est, const MemoryBreakdown&
   return r;
 }
 
-std::string gib(double b) {
+std::string mib(double b) {
   char s[32];
-  std::snprintf(s, sizeof s, "%.4f", b / 1073741824.0);
+  std::snprintf(s, sizeof s, "%.3f", b / 1048576.0);
   return s;
 }
 std::string pct(double r) {
@@ -156,7 +156,21 @@ std::array<MemoryBreakdown, 4> estimate_phases(const DerivedPlan& d, const Calib
 Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal,
                    const Measurement& meas) {
   Comparison c;
-  const DerivedPlan d = derive_plan(m, p, hw);
+  // Memory is compared at the routing the run had: the busiest rank's routed token copies over the mean, which the
+  // estimator's routing_imbalance stands for (lcplan-exec records it; small runs route unevenly).
+  Plan plan = p;
+  if (meas.executor.is_object() && meas.executor.contains("moe_routing_load") &&
+      meas.executor.at("moe_routing_load").is_number()) {
+    const double load = meas.executor.at("moe_routing_load").get<double>();
+    if (std::isfinite(load) && load > p.moe.routing_imbalance && load <= 64 && p.moe.capacity_factor == 0) {
+      plan.moe.routing_imbalance = load;
+      char s[160];
+      std::snprintf(s, sizeof s, "memory estimated at the run's routing load %.3f (busiest rank's routed tokens over the "
+                    "mean; the plan says %.3f)", load, p.moe.routing_imbalance);
+      c.notes.push_back(s);
+    }
+  }
+  const DerivedPlan d = derive_plan(m, plan, hw);
   const MemoryEstimate mem = estimate_memory(d, cal);
   const Estimate est = estimate(d, hw, cal, mem);
   c.estimate_peak_phase = mem.peak_phase;
@@ -182,7 +196,7 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
   }
   c.estimate_step_seconds = est.time.step_seconds;
   c.measured_step_seconds = meas.step_seconds;
-  c.estimate_time = estimate_to_json(est, p)["time"];
+  c.estimate_time = estimate_to_json(est, plan)["time"];
   if (c.measured_peak_phase && *c.measured_peak_phase != c.estimate_peak_phase)
     c.notes.push_back(std::string("the measured peak is in the ") + to_string(*c.measured_peak_phase) +
                       " phase, the estimate's in the " + to_string(c.estimate_peak_phase) + " phase");
@@ -195,10 +209,10 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
 std::string comparison_table(const Comparison& c) {
   std::string s;
   char line[256];
-  std::snprintf(line, sizeof line, "%-14s %14s %14s %9s\n", "memory (GiB)", "estimate", "measured", "diff");
+  std::snprintf(line, sizeof line, "%-14s %14s %14s %9s\n", "memory (MiB)", "estimate", "measured", "diff");
   s += line;
-  std::snprintf(line, sizeof line, "%-14s %14s %14s %9s\n", "peak", gib(c.estimate_peak).c_str(),
-                c.measured_peak ? gib(*c.measured_peak).c_str() : "-",
+  std::snprintf(line, sizeof line, "%-14s %14s %14s %9s\n", "peak", mib(c.estimate_peak).c_str(),
+                c.measured_peak ? mib(*c.measured_peak).c_str() : "-",
                 c.measured_peak && c.estimate_peak > 0 ? pct(*c.measured_peak / c.estimate_peak - 1).c_str() : "");
   s += line;
   std::snprintf(line, sizeof line, "%-14s %14s %14s\n", "peak phase", to_string(c.estimate_peak_phase),
@@ -206,14 +220,14 @@ std::string comparison_table(const Comparison& c) {
   s += line;
   for (const CategoryRow& r : c.at_peak) {
     if (r.estimate == 0 && r.measured == 0) continue;
-    std::snprintf(line, sizeof line, "  %-12s %14s %14s %9s\n", r.category.c_str(), gib(r.estimate).c_str(),
-                  gib(r.measured).c_str(), pct(r.rel()).c_str());
+    std::snprintf(line, sizeof line, "  %-12s %14s %14s %9s\n", r.category.c_str(), mib(r.estimate).c_str(),
+                  mib(r.measured).c_str(), pct(r.rel()).c_str());
     s += line;
   }
-  s += "\nper phase (peak total, GiB)     estimate       measured      diff    seconds\n";
+  s += "\nper phase (peak total, MiB)     estimate       measured      diff  seconds/step\n";
   for (const PhaseRow& r : c.phases) {
-    std::snprintf(line, sizeof line, "  %-28s %10s %14s %9s %10s\n", to_string(r.phase), gib(r.estimate).c_str(),
-                  r.measured ? gib(*r.measured).c_str() : "-",
+    std::snprintf(line, sizeof line, "  %-28s %10s %14s %9s %10s\n", to_string(r.phase), mib(r.estimate).c_str(),
+                  r.measured ? mib(*r.measured).c_str() : "-",
                   r.measured && r.estimate > 0 ? pct(*r.measured / r.estimate - 1).c_str() : "",
                   r.seconds ? std::to_string(*r.seconds).c_str() : "-");
     s += line;

@@ -52,7 +52,9 @@ struct Comparison {
   std::vector<std::string> notes;
 };
 
-// The measurement must be for (m, p): the model the run used (scaled as recorded) and the plan it ran.
+// The measurement must be for (m, p): the model the run used (scaled as recorded) and the plan it ran. When the
+// record carries the run's routing load (executor.moe_routing_load) above the plan's routing_imbalance, memory is
+// estimated at that load (and a note says so).
 Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal,
                    const Measurement& meas);
 

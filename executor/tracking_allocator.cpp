@@ -56,8 +56,8 @@ void Tracker::add(Category c, double bytes) {
 void Tracker::sub(Category c, double bytes) {
   ++ops_;
   double& v = live_[static_cast<int>(c)];
+  if (v - bytes < -0.5) throw std::logic_error(std::string("tracker: more bytes released than charged to ") + category_key(c));
   v -= bytes;
-  if (v < -0.5) throw std::logic_error(std::string("tracker: more bytes released than charged to ") + category_key(c));
 }
 
 Snapshot Tracker::now() const {
