@@ -1,6 +1,7 @@
 #include "executor/executor.h"
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <stdexcept>
 
@@ -18,6 +19,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double cpu_now() { return double(std::clock()) / CLOCKS_PER_SEC; }  // this process's CPU time
 
 // FSDP's two gather buffers (the current unit and the prefetched next one) and the unsharded gradient of one unit,
 // each sized to the largest unit (Megatron-FSDP's double buffer): the estimator's fsdp_buffers.
@@ -53,7 +55,7 @@ Keep keep_of(const Plan& p, int layer) {
   return Keep::All;
 }
 
-constexpr int kReportDoubles = 1 + kPhases * (1 + 2 * kCategories) + 1 + kPhases + 3;
+constexpr int kReportDoubles = 1 + kPhases * (1 + 2 * kCategories) + 1 + kPhases + 4;
 
 std::vector<double> pack(const RankReport& r) {
   std::vector<double> v;
@@ -68,6 +70,7 @@ std::vector<double> pack(const RankReport& r) {
   v.push_back(r.moe_rows_received);
   v.push_back(r.moe_rows_sent);
   v.push_back(r.tracker_ops);
+  v.push_back(r.cpu_seconds);
   return v;
 }
 
@@ -85,6 +88,7 @@ RankReport unpack(const double* v) {
   r.moe_rows_received = v[i++];
   r.moe_rows_sent = v[i++];
   r.tracker_ops = v[i++];
+  r.cpu_seconds = v[i++];
   return r;
 }
 
@@ -178,6 +182,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
                                o.fail_phase + ")");
   };
 
+  const double cpu0 = cpu_now();
   for (int step = 1; step <= o.steps; ++step) {
     const auto t_step = Clock::now();
     ps.zero_grads();
@@ -291,6 +296,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   rep.moe_rows_received = c.moe_rows_received;
   rep.moe_rows_sent = c.moe_rows_sent;
   rep.tracker_ops = double(tr.operations());
+  rep.cpu_seconds = cpu_now() - cpu0;
   // Every rank's report to every rank (the step time is the slowest rank's).
   const std::vector<double> mine = pack(rep);
   std::vector<double> all(size_t(kReportDoubles) * world.size);

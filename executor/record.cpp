@@ -122,8 +122,16 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   ex["seed"] = o.seed;
   ex["linear_ce_vocab_tile"] = o.ce_vocab_tile;
   if (recv_sum > 0) ex["moe_routing_load"] = recv_max / (recv_sum / double(r.ranks.size()));
-  double ops = 0;
-  for (const RankReport& rr : r.ranks) ops = std::max(ops, rr.tracker_ops);
+  double ops = 0, cpu_sum = 0, cpu_max = 0;
+  for (const RankReport& rr : r.ranks) {
+    ops = std::max(ops, rr.tracker_ops);
+    cpu_sum += rr.cpu_seconds;
+    cpu_max = std::max(cpu_max, rr.cpu_seconds);
+  }
+  // CPU seconds per step: the busiest rank's and all ranks' together (wall time on a shared machine includes waiting
+  // for the cores; these do not).
+  ex["cpu_seconds_per_step_max_rank"] = cpu_max / double(r.loss.size());
+  ex["cpu_seconds_per_step_all_ranks"] = cpu_sum / double(r.loss.size());
   ex["tracker_operations_per_step"] = ops / double(r.loss.size());
   m.executor = ex;
   std::string notes;

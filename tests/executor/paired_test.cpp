@@ -44,9 +44,10 @@ ScaledCase for_model(const ModelSpec& full, const ModelSpec& scaled, const Plan&
   return sc;
 }
 
-void run_pairs(const std::string& model, int scale, int64_t seq, const std::vector<Config>& configs) {
+void run_pairs(const std::string& model, int scale, int64_t seq, const std::vector<Config>& configs,
+               const ModelSpec* custom = nullptr) {
   helpers::World w;
-  const ModelSpec full = zoo(model);
+  const ModelSpec full = custom ? *custom : zoo(model);
   Parallel widest;
   for (const Config& cfg : configs) {
     widest.cp = std::max(widest.cp, cfg.args.cp);
@@ -131,6 +132,21 @@ TEST(PairedBaselines, DenseLlama) {
                 {"cp 2 dp 2 fsdp full", c(4, 2, 1, OS::Fsdp, RC::Full)},
                 {"cp 4", c(4, 4, 1)},
             });
+}
+
+// Sliding-window attention (no zoo model the executor runs has it): Llama with every other layer sliding over a
+// window shorter than the sequence, so CP ranks see chunks whose keys start inside the window.
+TEST(PairedBaselines, SlidingWindow) {
+  ModelSpec m = zoo("llama-3.1-8b");
+  m.attn.sliding_window = 64 * 48;  // 48 tokens after scale 64
+  for (size_t i = 0; i < m.layers.size(); i += 2) m.layers[i].sliding = true;
+  run_pairs("llama-3.1-8b", 64, 8192,
+            {
+                {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
+                {"cp 2 dp 2", c(4, 2, 1)},
+                {"cp 4 fsdp", c(4, 4, 1, OS::Fsdp)},
+            },
+            &m);
 }
 
 }  // namespace
