@@ -178,7 +178,13 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
   c.measured_peak = meas.peak_bytes;
   c.measured_peak_phase = meas.peak_phase;
   const std::array<MemoryBreakdown, 4> phases = estimate_phases(d, cal, mem.peak_stage);
-  if (meas.breakdown) c.at_peak = rows(mem.stages[mem.peak_stage].breakdown, *meas.breakdown);
+  // The peak phase's categories, like for like: the estimate of the phase the run peaked in against that phase's
+  // per-category maxima (the estimator's terms are maxima), else the breakdown at the peak.
+  const Phase at = meas.peak_phase ? *meas.peak_phase : mem.peak_phase;
+  const std::optional<MeasuredPhase>& mp = meas.phases[int(at)];
+  if (mp && mp->category_peaks) c.at_peak = rows(phases[int(at)], *mp->category_peaks);
+  else if (meas.breakdown) c.at_peak = rows(meas.peak_phase ? phases[int(at)] : mem.stages[mem.peak_stage].breakdown,
+                                            *meas.breakdown);
   for (int ph = 0; ph < 4; ++ph) {
     if (Phase(ph) == Phase::Loss && mem.peak_stage != p.parallel.pp - 1) continue;
     PhaseRow row;
@@ -218,6 +224,7 @@ std::string comparison_table(const Comparison& c) {
   std::snprintf(line, sizeof line, "%-14s %14s %14s\n", "peak phase", to_string(c.estimate_peak_phase),
                 c.measured_peak_phase ? to_string(*c.measured_peak_phase) : "-");
   s += line;
+  s += "categories in the measured peak phase (estimate of that phase; measured: each category's maximum in it)\n";
   for (const CategoryRow& r : c.at_peak) {
     if (r.estimate == 0 && r.measured == 0) continue;
     std::snprintf(line, sizeof line, "  %-12s %14s %14s %9s\n", r.category.c_str(), mib(r.estimate).c_str(),

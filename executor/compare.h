@@ -44,7 +44,9 @@ struct Comparison {
   std::optional<Phase> measured_peak_phase;
   double estimate_peak = 0;
   std::optional<double> measured_peak;
-  std::vector<CategoryRow> at_peak;  // estimator's peak breakdown vs the measured breakdown at the measured peak
+  // The measured peak phase, per category: the estimate of that phase against each category's own maximum in it
+  // (category_peaks; the estimator's phase terms are such maxima), or the breakdown at the peak when not recorded.
+  std::vector<CategoryRow> at_peak;
   std::vector<PhaseRow> phases;
   double estimate_step_seconds = 0;  // on the plan's hardware profile
   std::optional<double> measured_step_seconds;

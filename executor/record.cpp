@@ -82,7 +82,8 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   }
   double ws_high = 0, recv_sum = 0, recv_max = 0;
   for (const RankReport& rr : r.ranks) {
-    auto [ph, snap] = std::pair<Phase, Snapshot>{Phase::Forward, Snapshot{}};
+    Phase ph = Phase::Forward;
+    Snapshot snap;
     for (int p = 0; p < kPhases; ++p)
       if (rr.phases[p].seen && rr.phases[p].at_peak.total() > snap.total()) {
         ph = Phase(p);
