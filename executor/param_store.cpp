@@ -60,11 +60,12 @@ void ParamStore::init_part(Part& part, int u, bool expert, uint64_t seed) {
   }
   // fp32 master weights of the owned elements start from the same values (Megatron keeps fp32 masters of bf16 params).
   const size_t of = part.owned_first(), oc = part.owned_count();
+  t = -1;
   for (size_t i = 0; i < oc; ++i) {
     const size_t flat = (part.mode_fsdp ? size_t(part.index) * part.shard : of) + i;
     if (flat >= part.n) break;
-    const int ti = tensor_at(L, expert, flat);
-    part.opt[i] = init_value(seed, u, ti, L.tensors[ti], flat - L.tensors[ti].offset);
+    if (t < 0 || flat < L.tensors[t].offset || flat >= L.tensors[t].offset + L.tensors[t].size) t = tensor_at(L, expert, flat);
+    part.opt[i] = init_value(seed, u, t, L.tensors[t], flat - L.tensors[t].offset);
   }
 }
 
