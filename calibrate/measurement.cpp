@@ -19,22 +19,190 @@ std::optional<double> positive(const nlohmann::json& j, const char* key, const s
   return v.get<double>();
 }
 
+double nonneg_value(const nlohmann::json& v, const std::string& what) {
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+    throw UserError(what + " must be a non-negative number");
+  return v.get<double>();
+}
+
+std::optional<double> nonneg(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return std::nullopt;
+  return nonneg_value(j.at(key), where + ": \"" + key + "\"");
+}
+
+int count_value(const nlohmann::json& v, const std::string& what, int lo, int hi) {
+  if (!v.is_number_integer() || v.get<long long>() < lo || v.get<long long>() > hi)
+    throw UserError(what + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return int(v.get<long long>());
+}
+
+std::string text(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) return "";
+  if (!j.at(key).is_string()) throw UserError(where + ": \"" + key + "\" must be a string");
+  return j.at(key).get<std::string>();
+}
+
+void only_keys(const nlohmann::json& j, std::initializer_list<const char*> keys, const std::string& where) {
+  if (!j.is_object()) throw UserError(where + " must be a JSON object");
+  for (const auto& [k, _] : j.items()) {
+    bool ok = false;
+    std::string valid;
+    for (const char* a : keys) {
+      ok = ok || k == a;
+      valid += std::string(valid.empty() ? "" : ", ") + a;
+    }
+    if (!ok) throw UserError(where + " has unknown field \"" + k + "\" (valid: " + valid + ")");
+  }
+}
+
+struct CategoryField {
+  const char* key;
+  double MemoryBreakdown::*member;
+};
+constexpr CategoryField kCategoryFields[] = {
+    {"params", &MemoryBreakdown::params},           {"grads", &MemoryBreakdown::grads},
+    {"optimizer", &MemoryBreakdown::optimizer},     {"fsdp_buffers", &MemoryBreakdown::fsdp_buffers},
+    {"activations", &MemoryBreakdown::activations}, {"logits", &MemoryBreakdown::logits},
+    {"moe_buffers", &MemoryBreakdown::moe_buffers}, {"workspace", &MemoryBreakdown::workspace},
+    {"cuda_context", &MemoryBreakdown::cuda_context}, {"fragmentation", &MemoryBreakdown::fragmentation},
+};
+
+}  // namespace
+
+MemoryBreakdown breakdown_from_json(const nlohmann::json& j, const std::string& where) {
+  only_keys(j, {"params", "grads", "optimizer", "fsdp_buffers", "activations", "logits", "moe_buffers", "workspace",
+                "cuda_context", "fragmentation"},
+            where);
+  MemoryBreakdown b;
+  for (const CategoryField& f : kCategoryFields)
+    if (j.contains(f.key)) b.*f.member = nonneg_value(j.at(f.key), where + ": \"" + f.key + "\"");
+  return b;
+}
+
+nlohmann::json breakdown_to_json(const MemoryBreakdown& b) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const CategoryField& f : kCategoryFields) j[f.key] = b.*f.member;
+  return j;
+}
+
+Phase phase_from_string(const std::string& s, const std::string& where) {
+  for (Phase p : {Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer})
+    if (s == to_string(p)) return p;
+  throw UserError(where + " must be \"forward\", \"loss\", \"backward\" or \"optimizer\", got \"" + s + "\"");
+}
+
+namespace {
+
+Phase phase_value(const nlohmann::json& v, const std::string& where) {
+  if (!v.is_string()) throw UserError(where + " must be a string");
+  return phase_from_string(v.get<std::string>(), where);
+}
+
+void parse_detail(const nlohmann::json& j, const std::string& where, Measurement& m) {
+  if (j.contains("breakdown")) m.breakdown = breakdown_from_json(j.at("breakdown"), where + ": \"breakdown\"");
+  if (j.contains("peak_phase")) m.peak_phase = phase_value(j.at("peak_phase"), where + ": \"peak_phase\"");
+  if (j.contains("peak_rank")) m.peak_rank = count_value(j.at("peak_rank"), where + ": \"peak_rank\"", 0, 1 << 24);
+  if (j.contains("phases")) {
+    const auto& ph = j.at("phases");
+    const std::string w = where + ": \"phases\"";
+    only_keys(ph, {"forward", "loss", "backward", "optimizer"}, w);
+    for (const auto& [k, v] : ph.items()) {
+      const std::string wk = w + "." + k;
+      only_keys(v, {"peak_bytes", "breakdown", "category_peaks", "seconds"}, wk);
+      MeasuredPhase mp;
+      mp.peak_bytes = nonneg(v, "peak_bytes", wk);
+      if (v.contains("breakdown")) mp.breakdown = breakdown_from_json(v.at("breakdown"), wk + ".breakdown");
+      if (v.contains("category_peaks"))
+        mp.category_peaks = breakdown_from_json(v.at("category_peaks"), wk + ".category_peaks");
+      mp.seconds = nonneg(v, "seconds", wk);
+      m.phases[static_cast<int>(phase_from_string(k, wk))] = mp;
+    }
+  }
+  if (j.contains("ranks")) {
+    const auto& rs = j.at("ranks");
+    if (!rs.is_array()) throw UserError(where + ": \"ranks\" must be an array");
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const std::string w = where + ": ranks[" + std::to_string(i) + "]";
+      only_keys(rs[i], {"rank", "peak_bytes", "peak_phase", "workspace_high_water_bytes"}, w);
+      if (!rs[i].contains("rank")) throw UserError(w + " has no \"rank\"");
+      MeasuredRank r;
+      r.rank = count_value(rs[i].at("rank"), w + ".rank", 0, 1 << 24);
+      r.peak_bytes = nonneg(rs[i], "peak_bytes", w);
+      if (rs[i].contains("peak_phase")) r.peak_phase = phase_value(rs[i].at("peak_phase"), w + ".peak_phase");
+      r.workspace_high_water_bytes = nonneg(rs[i], "workspace_high_water_bytes", w);
+      m.ranks.push_back(r);
+    }
+  }
+  if (j.contains("scale")) {
+    const auto& sc = j.at("scale");
+    const std::string w = where + ": \"scale\"";
+    only_keys(sc, {"factor", "layers_per_kind", "mtp_dropped", "kept_layers", "model"}, w);
+    MeasuredScale s;
+    if (sc.contains("factor")) s.factor = count_value(sc.at("factor"), w + ".factor", 1, 4096);
+    if (sc.contains("layers_per_kind")) s.layers_per_kind = count_value(sc.at("layers_per_kind"), w + ".layers_per_kind", 0, 100000);
+    if (sc.contains("mtp_dropped")) s.mtp_dropped = count_value(sc.at("mtp_dropped"), w + ".mtp_dropped", 0, 1000);
+    if (sc.contains("kept_layers")) {
+      const auto& kl = sc.at("kept_layers");
+      if (!kl.is_array()) throw UserError(w + ".kept_layers must be an array of layer indices");
+      for (const auto& v : kl) s.kept_layers.push_back(count_value(v, w + ".kept_layers[]", 0, 100000));
+    }
+    if (sc.contains("model")) {
+      if (!sc.at("model").is_object()) throw UserError(w + ".model must be an object");
+      s.model = sc.at("model");
+    }
+    m.scale = s;
+  }
+  if (j.contains("steps")) m.steps = count_value(j.at("steps"), where + ": \"steps\"", 1, 1 << 24);
+  if (j.contains("loss")) {
+    const auto& v = j.at("loss");
+    if (!v.is_number() || !std::isfinite(v.get<double>())) throw UserError(where + ": \"loss\" must be a finite number");
+    m.loss = v.get<double>();
+  }
+  m.grad_norm = nonneg(j, "grad_norm", where);
+  if (j.contains("per_step")) {
+    const auto& ps = j.at("per_step");
+    if (!ps.is_array()) throw UserError(where + ": \"per_step\" must be an array");
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const std::string w = where + ": per_step[" + std::to_string(i) + "]";
+      only_keys(ps[i], {"loss", "grad_norm", "seconds"}, w);
+      MeasuredStep st;
+      if (ps[i].contains("loss")) {
+        const auto& v = ps[i].at("loss");
+        if (!v.is_number() || !std::isfinite(v.get<double>())) throw UserError(w + ".loss must be a finite number");
+        st.loss = v.get<double>();
+      }
+      st.grad_norm = nonneg(ps[i], "grad_norm", w);
+      st.seconds = nonneg(ps[i], "seconds", w);
+      m.per_step.push_back(st);
+    }
+  }
+  m.backend = text(j, "backend", where);
+  m.device = text(j, "device", where);
+  m.host = text(j, "host", where);
+  if (j.contains("executor")) {
+    if (!j.at("executor").is_object()) throw UserError(where + ": \"executor\" must be an object");
+    m.executor = j.at("executor");
+  }
+}
+
 }  // namespace
 
 Measurement measurement_from_json(const nlohmann::json& j, const std::string& where_in) {
   std::string where = where_in;
   if (!j.is_object()) throw UserError(where + " must be a JSON object");
   if (j.contains("id") && j.at("id").is_string()) where += " (\"" + j.at("id").get<std::string>() + "\")";
-  static const char* kKeys[] = {"id",           "source",         "plan",       "scope",        "peak_bytes",
-                                "step_seconds", "tflops_per_gpu", "notes",      "status",       "failure",
-                                "peak_reserved_bytes", "not_modelled", "superseded_by", "peak_stage"};
+  static const char* kKeys[] = {"id", "source", "plan", "scope", "peak_bytes", "step_seconds", "tflops_per_gpu",
+                                "notes", "status", "failure", "peak_reserved_bytes", "not_modelled", "superseded_by",
+                                "peak_stage", "breakdown", "peak_phase", "peak_rank", "phases", "ranks", "scale", "steps",
+                                "loss", "grad_norm", "per_step", "backend", "device", "host", "executor"};
   for (const auto& [k, _] : j.items()) {
     bool ok = false;
     for (const char* a : kKeys) ok = ok || k == a;
     if (!ok)
       throw UserError(where + " has unknown field \"" + k +
                       "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes, status, "
-                      "failure, peak_reserved_bytes, not_modelled, superseded_by, peak_stage)");
+                      "failure, peak_reserved_bytes, not_modelled, superseded_by, peak_stage, breakdown, peak_phase, "
+                      "peak_rank, phases, ranks, scale, steps, loss, grad_norm, per_step, backend, device, host, executor)");
   }
   Measurement m;
   if (j.contains("id")) {
@@ -80,14 +248,82 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   }
   if (j.contains("failure") && !j.at("failure").is_string()) throw UserError(where + ": \"failure\" must be a string");
   if (j.contains("failure")) m.failure = j.at("failure").get<std::string>();
-  if (j.contains("notes") && j.at("notes").is_string()) m.notes = j.at("notes").get<std::string>();  // free text, any type kept as before
   // A run that did not fit is a result in itself: it needs no measured value.
   if (m.status == MeasurementStatus::Ok && !m.peak_bytes && !m.step_seconds && !m.tflops_per_gpu)
     throw UserError(where + " has no measured value (give peak_bytes, step_seconds or tflops_per_gpu)");
   if (m.scope == MeasurementScope::MoeLayer && (m.peak_bytes || m.tflops_per_gpu || !m.step_seconds || m.status != MeasurementStatus::Ok))
     throw UserError(where + ": a \"moe_layer\" measurement takes step_seconds only");
+  parse_detail(j, where, m);
   if (m.id.empty()) m.id = where_in;
   return m;
+}
+
+nlohmann::json measurement_to_json(const Measurement& m) {
+  nlohmann::json j;
+  j["id"] = m.id;
+  if (!m.source.empty()) j["source"] = m.source;
+  j["plan"] = plan_to_json(m.plan);
+  j["scope"] = m.scope == MeasurementScope::Step ? "step" : "moe_layer";
+  if (m.peak_bytes) j["peak_bytes"] = *m.peak_bytes;
+  if (m.step_seconds) j["step_seconds"] = *m.step_seconds;
+  if (m.tflops_per_gpu) j["tflops_per_gpu"] = *m.tflops_per_gpu;
+  if (m.peak_stage) j["peak_stage"] = *m.peak_stage;
+  if (m.status == MeasurementStatus::OutOfMemory) j["status"] = "out_of_memory";
+  if (!m.failure.empty()) j["failure"] = m.failure;
+  if (m.peak_reserved_bytes) j["peak_reserved_bytes"] = *m.peak_reserved_bytes;
+  if (!m.not_modelled.empty()) j["not_modelled"] = m.not_modelled;
+  if (!m.superseded_by.empty()) j["superseded_by"] = m.superseded_by;
+  if (m.breakdown) j["breakdown"] = breakdown_to_json(*m.breakdown);
+  if (m.peak_phase) j["peak_phase"] = to_string(*m.peak_phase);
+  if (m.peak_rank) j["peak_rank"] = *m.peak_rank;
+  nlohmann::json phases = nlohmann::json::object();
+  for (int p = 0; p < 4; ++p) {
+    if (!m.phases[p]) continue;
+    nlohmann::json ph = nlohmann::json::object();
+    if (m.phases[p]->peak_bytes) ph["peak_bytes"] = *m.phases[p]->peak_bytes;
+    if (m.phases[p]->breakdown) ph["breakdown"] = breakdown_to_json(*m.phases[p]->breakdown);
+    if (m.phases[p]->category_peaks) ph["category_peaks"] = breakdown_to_json(*m.phases[p]->category_peaks);
+    if (m.phases[p]->seconds) ph["seconds"] = *m.phases[p]->seconds;
+    phases[to_string(Phase(p))] = ph;
+  }
+  if (!phases.empty()) j["phases"] = phases;
+  if (!m.ranks.empty()) {
+    nlohmann::json rs = nlohmann::json::array();
+    for (const MeasuredRank& r : m.ranks) {
+      nlohmann::json x = {{"rank", r.rank}};
+      if (r.peak_bytes) x["peak_bytes"] = *r.peak_bytes;
+      if (r.peak_phase) x["peak_phase"] = to_string(*r.peak_phase);
+      if (r.workspace_high_water_bytes) x["workspace_high_water_bytes"] = *r.workspace_high_water_bytes;
+      rs.push_back(x);
+    }
+    j["ranks"] = rs;
+  }
+  if (m.scale) {
+    nlohmann::json s = {{"factor", m.scale->factor}, {"layers_per_kind", m.scale->layers_per_kind},
+                        {"mtp_dropped", m.scale->mtp_dropped}, {"kept_layers", m.scale->kept_layers}};
+    if (!m.scale->model.is_null()) s["model"] = m.scale->model;
+    j["scale"] = s;
+  }
+  if (m.steps) j["steps"] = *m.steps;
+  if (m.loss) j["loss"] = *m.loss;
+  if (m.grad_norm) j["grad_norm"] = *m.grad_norm;
+  if (!m.per_step.empty()) {
+    nlohmann::json ps = nlohmann::json::array();
+    for (const MeasuredStep& s : m.per_step) {
+      nlohmann::json x = nlohmann::json::object();
+      if (s.loss) x["loss"] = *s.loss;
+      if (s.grad_norm) x["grad_norm"] = *s.grad_norm;
+      if (s.seconds) x["seconds"] = *s.seconds;
+      ps.push_back(x);
+    }
+    j["per_step"] = ps;
+  }
+  if (!m.backend.empty()) j["backend"] = m.backend;
+  if (!m.device.empty()) j["device"] = m.device;
+  if (!m.host.empty()) j["host"] = m.host;
+  if (!m.executor.is_null()) j["executor"] = m.executor;
+  if (!m.notes.empty()) j["notes"] = m.notes;
+  return j;
 }
 
 std::vector<Measurement> measurements_from_json(const nlohmann::json& j, const std::string& where) {

@@ -9,6 +9,16 @@
 // "failure": the reason line; "peak_reserved_bytes": what the caching allocator reserved at most (Megatron's
 // `max reserved`), kept for reference and not fitted.
 // A file holds a JSON array of records, or {"measurements": [...]}. Unknown fields are errors naming the field.
+//
+// Optional detail (lcplan-exec writes it; `lcplan validate` compares it with the estimate), all byte values >= 0:
+//   "breakdown": {params, grads, optimizer, fsdp_buffers, activations, logits, moe_buffers, workspace, cuda_context,
+//                 fragmentation}  at the peak (missing keys read 0),
+//   "peak_phase": "forward" | "loss" | "backward" | "optimizer",  "peak_rank": n,
+//   "phases": {"<phase>": {"peak_bytes", "breakdown", "category_peaks", "seconds"}},
+//   "ranks": [{"rank", "peak_bytes", "peak_phase", "workspace_high_water_bytes"}],
+//   "scale": {"factor", "layers_per_kind", "mtp_dropped", "kept_layers": [..], "model": {..}},
+//   "steps", "loss", "grad_norm", "per_step": [{"loss", "grad_norm", "seconds"}],
+//   "backend", "device", "host" (strings), "executor" (an object of implementation facts, not interpreted).
 #pragma once
 
 #include <optional>
@@ -17,7 +27,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
+#include <map>
+
 #include "estimator/hardware.h"
+#include "estimator/memory_model.h"
 #include "estimator/plan.h"
 #include "models/model_spec.h"
 
@@ -25,6 +39,33 @@ namespace lcplan {
 
 enum class MeasurementScope { Step, MoeLayer };
 enum class MeasurementStatus { Ok, OutOfMemory };
+
+struct MeasuredPhase {
+  std::optional<double> peak_bytes;
+  std::optional<MemoryBreakdown> breakdown;       // at the phase's peak
+  std::optional<MemoryBreakdown> category_peaks;  // each category's own largest value during the phase
+  std::optional<double> seconds;
+};
+
+struct MeasuredRank {
+  int rank = 0;
+  std::optional<double> peak_bytes;
+  std::optional<Phase> peak_phase;
+  std::optional<double> workspace_high_water_bytes;
+};
+
+// How a measured model was derived from the plan's model (lcplan-exec --scale / --layers; executor/scale.h).
+struct MeasuredScale {
+  int factor = 1;
+  int layers_per_kind = 0;
+  int mtp_dropped = 0;
+  std::vector<int> kept_layers;
+  nlohmann::json model;  // the scaled model's sizes, for people (not interpreted)
+};
+
+struct MeasuredStep {
+  std::optional<double> loss, grad_norm, seconds;
+};
 
 struct Measurement {
   std::string id;
@@ -41,7 +82,28 @@ struct Measurement {
   std::string notes;
   std::string not_modelled;   // non-empty: the run is of something lcplan does not model (the reason); not predicted
   std::string superseded_by;  // non-empty: an older report of the same configuration; predicted, never fitted
+
+  // Optional detail (see the record above).
+  std::optional<MemoryBreakdown> breakdown;
+  std::optional<Phase> peak_phase;
+  std::optional<int> peak_rank;
+  std::array<std::optional<MeasuredPhase>, 4> phases;  // indexed by Phase
+  std::vector<MeasuredRank> ranks;
+  std::optional<MeasuredScale> scale;
+  std::optional<int> steps;
+  std::optional<double> loss, grad_norm;
+  std::vector<MeasuredStep> per_step;
+  std::string backend, device, host;
+  nlohmann::json executor;  // null when absent
 };
+
+// The breakdown record ({"params": ..}) <-> MemoryBreakdown; `where` names the record in errors (UserError).
+MemoryBreakdown breakdown_from_json(const nlohmann::json& j, const std::string& where);
+nlohmann::json breakdown_to_json(const MemoryBreakdown& b);
+// "forward" -> Phase::Forward; throws UserError naming the value otherwise.
+Phase phase_from_string(const std::string& s, const std::string& where);
+// The record as JSON (the fields the parser accepts; what lcplan-exec writes).
+nlohmann::json measurement_to_json(const Measurement& m);
 
 // Throws UserError naming the record and the field.
 Measurement measurement_from_json(const nlohmann::json& j, const std::string& where);

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/validate.h"
+#include "cli/commands.h"
 #include "cli/plan_flags.h"
 #include "common/data_dir.h"
 #include "common/json_file.h"
@@ -30,13 +31,21 @@ struct ValidateArgs {
   std::string priors = "priors";
   bool no_refit = false, json = false;
   std::string out, out_profile, max_in_sample, max_lomo, max_memory;
+  ValidateRunArgs run;  // --plan/--measured: one run against its estimate
 };
 }  // namespace
 
 void register_validate(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<ValidateArgs>();
   auto* cmd = app.add_subcommand("validate", "predicted vs measured per run, leave one model / hardware out");
-  cmd->add_option("--measurements", args->measurements, "measurement JSON files")->required();
+  auto* corpus = cmd->add_option("--measurements", args->measurements, "measurement JSON files (a corpus of runs)");
+  auto* measured = cmd->add_option("--measured", args->run.measured,
+                                   "one run's measurement file (lcplan-exec --out) to compare with its plan's estimate, "
+                                   "per memory category and phase");
+  corpus->excludes(measured);
+  cmd->add_option("--plan", args->run.plan, "with --measured: the recipe.json the run was launched with");
+  cmd->add_option("--implementation", args->run.implementation,
+                  "with --measured: the profile's implementation (default: the measurement plan's)");
   cmd->add_option("--calibration", args->calibration, "profile to validate (default: default)");
   cmd->add_option("--priors", args->priors, "prior profile the refits start from (default: priors)");
   cmd->add_flag("--no-refit", args->no_refit, "in-sample errors only (no leave-one-out refits)");
@@ -49,6 +58,22 @@ void register_validate(CLI::App& app, int& exit_code) {
   cmd->add_option("--max-memory", args->max_memory, "exit 1 when the in-sample peak-memory error exceeds this (e.g. 0.10)");
   cmd->callback([args, &exit_code]() {
     const std::string dir = data_dir();
+    if (!args->run.measured.empty()) {
+      if (args->run.plan.empty()) throw UserError("--measured needs --plan, the recipe.json the run was launched with");
+      args->run.calibration = args->calibration;
+#ifdef LCPLAN_WITH_EXECUTOR
+      std::fputs(validate_run(args->run, dir).c_str(), stdout);
+      exit_code = 0;
+      return;
+#else
+      throw UserError("--measured compares an lcplan-exec run and needs the executor, which this build leaves out "
+                      "(build with MPI)");
+#endif
+    }
+    if (!args->run.plan.empty() || !args->run.implementation.empty())
+      throw UserError(std::string(args->run.plan.empty() ? "--implementation" : "--plan") + " goes with --measured");
+    if (args->measurements.empty())
+      throw UserError("give --measurements FILE... (a corpus of runs) or --measured FILE --plan recipe.json (one run)");
     auto limit = [](const std::string& v, const char* flag) {
       return v.empty() ? -1.0 : cli::parse_number(v, flag, 0, 10, "a relative error such as 0.15");
     };

@@ -1,6 +1,8 @@
 // Each subcommand registers itself on the app; its callback sets exit_code. UserError escapes to main.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace lcplan::cli {
@@ -16,4 +18,15 @@ namespace lcplan {
 void register_calibrate(CLI::App& app, int& exit_code);  // cli/cmd_calibrate.cpp
 void register_validate(CLI::App& app, int& exit_code);   // cli/cmd_validate.cpp
 void register_ingest(CLI::App& app, int& exit_code);     // cli/cmd_ingest.cpp
+
+// cli/cmd_validate_run.cpp (built with the executor): `lcplan validate --plan recipe.json --measured measured.json
+// [--implementation P] [--calibration C] [--json]`.
+struct ValidateRunArgs {
+  std::string plan, measured, implementation;  // implementation: "" = the measurement plan's
+  std::string calibration;                      // "" = default
+  bool json = false;
+};
+// The comparison of every record in the measurements file with the estimate of its (scaled) plan, as text or JSON.
+// Throws UserError naming a bad file, a record for a different plan, or an unknown profile.
+std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir);
 }

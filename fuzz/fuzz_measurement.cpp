@@ -22,6 +22,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   "every record has a measured value, or says the run did not fit");
     for (const auto& v : {m.peak_bytes, m.step_seconds, m.tflops_per_gpu})
       if (v) fuzz::require(fuzz::finite_nonneg(*v) && *v > 0, "measured values are positive and finite");
+    // The executor's optional detail: byte values finite and non-negative, and the record written back reads the same.
+    if (m.breakdown) fuzz::require(fuzz::finite_nonneg(m.breakdown->total()), "breakdown bytes are finite and >= 0");
+    for (const auto& ph : m.phases)
+      if (ph && ph->breakdown) fuzz::require(fuzz::finite_nonneg(ph->breakdown->total()), "phase bytes are finite and >= 0");
+    const nlohmann::json back = measurement_to_json(m);
+    Measurement again;
+    try {
+      again = measurement_from_json(back, "fuzz round trip");
+    } catch (const UserError&) {
+      fuzz::require(false, "a record lcplan writes back is accepted");
+    }
+    fuzz::require(measurement_to_json(again) == back, "a record written back reads the same");
   }
   return 0;
 }

@@ -75,6 +75,24 @@ edge_meas = [[], {}, {"measurements": []}, {"measurements": [{}]}, [{"plan": ref
              [{"plan": ref, "step_seconds": 1, "source": {"nested": [1, 2]}}], [{"plan": ref, "tflops_per_gpu": 0}]]
 for i, m in enumerate(edge_meas):
     put("measurement", "edge-%02d" % i, m)
+# lcplan-exec records: the optional detail (breakdowns, phases, ranks, scale, steps) and broken variants of it.
+bd = {"params": 1.4e5, "grads": 2.9e5, "optimizer": 8.7e5, "fsdp_buffers": 9.9e5, "activations": 2.8e6,
+      "logits": 0, "moe_buffers": 9.4e6, "workspace": 3.3e7, "cuda_context": 0, "fragmentation": 0}
+exec_rec = {"id": "lcplan-exec", "source": "lcplan-exec, CPU backend", "plan": dict(ref, gpus=4, implementation="lcplan-exec"),
+            "scope": "step", "peak_bytes": 4.8e7, "step_seconds": 1.9, "breakdown": bd, "peak_phase": "backward",
+            "peak_rank": 2, "phases": {"forward": {"peak_bytes": 4.5e7, "breakdown": bd, "category_peaks": bd, "seconds": 0.5},
+                                       "backward": {"peak_bytes": 4.8e7, "breakdown": bd, "seconds": 1.0}},
+            "ranks": [{"rank": r, "peak_bytes": 4.7e7, "peak_phase": "backward", "workspace_high_water_bytes": 4.7e6} for r in range(4)],
+            "scale": {"factor": 64, "layers_per_kind": 1, "mtp_dropped": 1, "kept_layers": [0, 3], "model": {"hidden": 32}},
+            "steps": 2, "loss": 8.76, "grad_norm": 0.37, "per_step": [{"loss": 8.76, "grad_norm": 0.37, "seconds": 2.1}],
+            "backend": "cpu", "device": "cpu", "host": "Linux", "executor": {"moe_routing_load": 1.04}, "notes": "n"}
+put("measurement", "executor-record", [exec_rec])
+for i, (k, v) in enumerate([("breakdown", {"activation": 1}), ("peak_phase", "warmup"), ("peak_rank", -1),
+                            ("phases", {"forward": {"seconds": -1}}), ("phases", {"prefill": {}}), ("ranks", [{}]),
+                            ("ranks", {"rank": 0}), ("scale", {"factor": 0}), ("scale", {"kept_layers": "0,3"}),
+                            ("steps", 1.5), ("loss", "nan"), ("per_step", [{"seconds": 1e309}]), ("executor", [1]),
+                            ("host", 5)]):
+    put("measurement", "executor-edge-%02d" % i, [dict(exec_rec, **{k: v})])
 
 # Calibration: the shipped profiles and broken variants.
 for p in sorted(glob.glob(os.path.join(root, "data", "calibration", "*.json"))):

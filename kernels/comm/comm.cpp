@@ -2,7 +2,10 @@
 #include "kernels/comm/comm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
+#include <thread>
 #include <stdexcept>
 #include <string>
 
@@ -99,7 +102,94 @@ std::string list_str(const int* a, int n) {
   return s + "}";
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Completes n requests: MPI_Waitall, or under a watchdog a polling loop that also looks for failure notices and the
+// deadline. It yields between polls (oversubscribed ranks leave their peers the core) but never sleeps: a large
+// shared-memory message moves one fragment per receiver progress call, so a sleeping receiver stalls its sender.
+void complete(const Watchdog* w, MPI_Request* reqs, int n, const char* what) {
+  if (!w) {
+    MPI_CHECK(MPI_Waitall(n, reqs, MPI_STATUSES_IGNORE));
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long spin = 0;; ++spin) {
+    int done = 0;
+    MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    if (spin % 64 == 0) check_watchdog(*w, seconds_since(t0), what);  // a probe and a clock read, not every poll
+    std::this_thread::yield();
+  }
+}
+
 }  // namespace
+
+void check_watchdog(const Watchdog& w, double waited, const char* what) {
+  if (w.notices != MPI_COMM_NULL) {
+    int flag = 0;
+    MPI_Status st;
+    MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, w.notices, &flag, &st));
+    if (flag) {
+      int len = 0;
+      MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &len));
+      std::string msg(static_cast<size_t>(std::max(len, 0)), ' ');
+      MPI_CHECK(MPI_Recv(msg.data(), len, MPI_CHAR, st.MPI_SOURCE, kNoticeTag, w.notices, MPI_STATUS_IGNORE));
+      const std::string m = "rank " + std::to_string(st.MPI_SOURCE) + " failed: " + msg;
+      if (w.on_failure) w.on_failure(st.MPI_SOURCE, m);
+      throw PeerFailure(st.MPI_SOURCE, m);
+    }
+  }
+  if (w.timeout_seconds > 0 && waited > w.timeout_seconds) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", w.timeout_seconds);
+    const std::string m = std::string(what) + " waited longer than the " + buf +
+                          " s timeout for its peers (a rank failed, died or hangs)";
+    if (w.on_failure) w.on_failure(-1, m);
+    throw PeerFailure(-1, m);
+  }
+}
+
+std::vector<MPI_Request> send_failure_notice(const Watchdog& w, const std::string& message) {
+  std::vector<MPI_Request> reqs;
+  if (w.notices == MPI_COMM_NULL) return reqs;
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(w.notices, &rank));
+  MPI_CHECK(MPI_Comm_size(w.notices, &size));
+  const int len = static_cast<int>(std::min<size_t>(message.size(), 4096));  // one sentence; never unbounded
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    reqs.emplace_back();
+    MPI_CHECK(MPI_Isend(message.data(), len, MPI_CHAR, r, kNoticeTag, w.notices, &reqs.back()));
+  }
+  return reqs;
+}
+
+bool finish_after_failure(const Watchdog& w, std::vector<MPI_Request>& sent, double seconds) {
+  if (w.notices == MPI_COMM_NULL) return true;
+  const auto t0 = std::chrono::steady_clock::now();
+  MPI_Request bar;
+  MPI_CHECK(MPI_Ibarrier(w.notices, &bar));
+  for (;;) {
+    int a = 0, b = 0;
+    MPI_CHECK(MPI_Testall(static_cast<int>(sent.size()), sent.data(), &a, MPI_STATUSES_IGNORE));
+    MPI_CHECK(MPI_Test(&bar, &b, MPI_STATUS_IGNORE));
+    if (a && b) return true;
+    // Notices from other failing ranks still arrive here; drain them so their senders complete too.
+    int flag = 0;
+    MPI_Status st;
+    MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, w.notices, &flag, &st));
+    if (flag) {
+      int len = 0;
+      MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &len));
+      std::string msg(static_cast<size_t>(std::max(len, 0)), ' ');
+      MPI_CHECK(MPI_Recv(msg.data(), len, MPI_CHAR, st.MPI_SOURCE, kNoticeTag, w.notices, MPI_STATUS_IGNORE));
+    }
+    if (seconds_since(t0) > seconds) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 
 size_t dtype_bytes(DType t) {
   switch (t) {
@@ -195,6 +285,7 @@ Comm split(const Comm& parent, const std::vector<int>& ranks) {
   Comm c;
   c.backend = parent.backend;
   c.stream = parent.stream;
+  c.watchdog = parent.watchdog;
   MPI_CHECK(MPI_Comm_split(parent.mpi, color, key, &c.mpi));
   set_errors_return(c.mpi);
   MPI_CHECK(MPI_Comm_rank(c.mpi, &c.rank));
@@ -213,7 +304,9 @@ void free_comm(Comm& c) {
 
 void require_same(const Comm& c, long long value, const std::string& what) {
   long long mm[2] = {value, -value};  // one MIN reduction yields min and -max
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MIN, c.mpi));
+  MPI_Request rq;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, mm, 2, MPI_LONG_LONG, MPI_MIN, c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "require_same");
   if (mm[0] != -mm[1])
     throw std::invalid_argument("ranks disagree on " + what + ": values range from " + std::to_string(mm[0]) +
                                 " to " + std::to_string(-mm[1]) + "; every rank must pass the same value");
@@ -221,13 +314,17 @@ void require_same(const Comm& c, long long value, const std::string& what) {
 
 void raise_if_any(const Comm& c, const std::string& error) {
   int first = error.empty() ? c.size : c.rank;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, c.mpi));
+  MPI_Request rq;
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "raise_if_any");
   if (first == c.size) return;
   int len = c.rank == first ? static_cast<int>(error.size()) : 0;
-  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, c.mpi));
+  MPI_CHECK(MPI_Ibcast(&len, 1, MPI_INT, first, c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "raise_if_any");
   std::string msg(static_cast<size_t>(len), ' ');
   if (c.rank == first) msg = error;
-  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, c.mpi));
+  MPI_CHECK(MPI_Ibcast(msg.data(), len, MPI_CHAR, first, c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "raise_if_any");
   throw std::invalid_argument(msg);
 }
 
@@ -239,8 +336,8 @@ void all_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op) {
 
 void all_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t) {
   if (is_nccl(c)) return detail::nccl_all_gather(c, send, recv, count_per_rank, t);
-  MPI_CHECK(MPI_Allgather(send, to_int(count_per_rank, "all_gather count"), mpi_type(t), recv,
-                          to_int(count_per_rank, "all_gather count"), mpi_type(t), c.mpi));
+  Request r = iall_gather(c, send, recv, count_per_rank, t);
+  wait(r);
 }
 
 void reduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op) {
@@ -254,7 +351,9 @@ void broadcast(const Comm& c, void* buf, size_t count, DType t, int root) {
     throw std::invalid_argument("broadcast root " + std::to_string(root) + " is outside the group of " +
                                 std::to_string(c.size));
   if (is_nccl(c)) return detail::nccl_broadcast(c, buf, count, t, root);
-  MPI_CHECK(MPI_Bcast(buf, to_int(count, "broadcast count"), mpi_type(t), root, c.mpi));
+  MPI_Request rq;
+  MPI_CHECK(MPI_Ibcast(buf, to_int(count, "broadcast count"), mpi_type(t), root, c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "broadcast");
 }
 
 void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
@@ -268,27 +367,44 @@ void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, co
 void send(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag) {
   check_tag(tag);
   if (is_nccl(c)) return detail::nccl_send(c, buf, count, t, peer);
-  MPI_CHECK(MPI_Send(buf, to_int(count, "send count"), mpi_type(t), peer, tag, c.mpi));
+  if (!c.watchdog) {
+    MPI_CHECK(MPI_Send(buf, to_int(count, "send count"), mpi_type(t), peer, tag, c.mpi));
+    return;
+  }
+  Request r = isend(c, buf, count, t, peer, tag);
+  wait(r);
 }
 
 void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag) {
   check_tag(tag);
   if (is_nccl(c)) return detail::nccl_recv(c, buf, count, t, peer);
-  MPI_CHECK(MPI_Recv(buf, to_int(count, "recv count"), mpi_type(t), peer, tag, c.mpi, MPI_STATUS_IGNORE));
+  if (!c.watchdog) {
+    MPI_CHECK(MPI_Recv(buf, to_int(count, "recv count"), mpi_type(t), peer, tag, c.mpi, MPI_STATUS_IGNORE));
+    return;
+  }
+  Request r = irecv(c, buf, count, t, peer, tag);
+  wait(r);
 }
 
 void exchange_counts(const Comm& c, const size_t* send, size_t* recv, size_t per_rank) {
-  MPI_CHECK(MPI_Alltoall(send, to_int(per_rank, "exchange_counts"), MPI_UINT64_T, recv,
-                         to_int(per_rank, "exchange_counts"), MPI_UINT64_T, c.mpi));
+  MPI_Request rq;
+  MPI_CHECK(MPI_Ialltoall(send, to_int(per_rank, "exchange_counts"), MPI_UINT64_T, recv,
+                          to_int(per_rank, "exchange_counts"), MPI_UINT64_T, c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "exchange_counts");
 }
 
-void barrier(const Comm& c) { MPI_CHECK(MPI_Barrier(c.mpi)); }
+void barrier(const Comm& c) {
+  MPI_Request rq;
+  MPI_CHECK(MPI_Ibarrier(c.mpi, &rq));
+  complete(c.watchdog, &rq, 1, "barrier");
+}
 
 // ---- non-blocking ----
 
 Request iall_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op) {
   Request r;
   r.active = true;
+  r.watchdog = c.watchdog;
   if (is_nccl(c)) {
     r.backend = Backend::Nccl;
     detail::nccl_all_reduce(c, buf, count, t, op);
@@ -306,6 +422,7 @@ Request iall_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op
 Request iall_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t) {
   Request r;
   r.active = true;
+  r.watchdog = c.watchdog;
   if (is_nccl(c)) {
     r.backend = Backend::Nccl;
     detail::nccl_all_gather(c, send, recv, count_per_rank, t);
@@ -321,6 +438,7 @@ Request iall_gather(const Comm& c, const void* send, void* recv, size_t count_pe
 Request ireduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op) {
   Request r;
   r.active = true;
+  r.watchdog = c.watchdog;
   if (is_nccl(c)) {
     r.backend = Backend::Nccl;
     detail::nccl_reduce_scatter(c, send, recv, count_per_rank, t, op);
@@ -340,6 +458,7 @@ Request iall_to_all_v(const Comm& c, const void* send, const size_t* send_counts
                       void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t) {
   Request r;
   r.active = true;
+  r.watchdog = c.watchdog;
   if (is_nccl(c)) {
     r.backend = Backend::Nccl;
     detail::nccl_all_to_all_v(c, send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
@@ -376,6 +495,7 @@ Request isend(const Comm& c, const void* buf, size_t count, DType t, int peer, i
   check_tag(tag);
   Request r;
   r.active = true;
+  r.watchdog = c.watchdog;
   if (is_nccl(c)) {
     r.backend = Backend::Nccl;
     detail::nccl_send(c, buf, count, t, peer);
@@ -391,6 +511,7 @@ Request irecv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag
   check_tag(tag);
   Request r;
   r.active = true;
+  r.watchdog = c.watchdog;
   if (is_nccl(c)) {
     r.backend = Backend::Nccl;
     detail::nccl_recv(c, buf, count, t, peer);
@@ -417,7 +538,7 @@ void wait(Request& r) {
     r.active = false;
     return;
   }
-  MPI_CHECK(MPI_Waitall(static_cast<int>(r.mpi.size()), r.mpi.data(), MPI_STATUSES_IGNORE));
+  complete(r.watchdog, r.mpi.data(), static_cast<int>(r.mpi.size()), "a collective");
   finish(r);
 }
 

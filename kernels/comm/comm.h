@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,27 @@ enum class ReduceOp : uint8_t { Sum, Max, Min };
 size_t dtype_bytes(DType t);
 const char* dtype_name(DType t);
 
+// Bounded waiting (lcplan-exec): while a Comm with a watchdog waits on MPI, it polls the request and between polls
+// looks for a failure notice from any rank on `notices` (tag kNoticeTag, sent by send_failure_notice) and checks the
+// deadline; either ends the wait with PeerFailure, so a rank whose peer failed or hangs reports it instead of hanging.
+// Without a watchdog every wait blocks in MPI as before. The watchdog must outlive every Comm that points to it.
+constexpr int kNoticeTag = 32766;  // reserved for failure notices on the notices communicator
+struct Watchdog {
+  MPI_Comm notices = MPI_COMM_NULL;  // a communicator over every rank of the job, used only for notices
+  double timeout_seconds = 0;        // > 0: a single wait longer than this throws PeerFailure
+  // Called with (origin, message) instead of throwing when set, and must not return: a rank whose wait is cut short
+  // still has requests in flight into buffers that unwinding the stack would free (lcplan-exec reports, meets the
+  // other ranks with finish_after_failure and exits in place).
+  std::function<void(int origin, const std::string& message)> on_failure;
+};
+
+// A wait ended because another rank reported a failure (origin >= 0: its rank in `notices`) or the deadline passed
+// (origin = -1). what() is one sentence.
+struct PeerFailure : std::runtime_error {
+  int origin = -1;
+  PeerFailure(int from, const std::string& msg) : std::runtime_error(msg), origin(from) {}
+};
+
 struct Comm {
   Backend backend = Backend::Mpi;
   int rank = 0;
@@ -34,6 +57,7 @@ struct Comm {
   MPI_Comm mpi = MPI_COMM_NULL;   // always valid: also used to bootstrap NCCL and to exchange counts
   void* nccl = nullptr;           // ncclComm_t when backend == Nccl
   void* stream = nullptr;         // cudaStream_t for NCCL calls (nullptr = default stream)
+  const Watchdog* watchdog = nullptr;  // bounded waits (see Watchdog); split() passes it on to sub-groups
 };
 
 // Throws std::runtime_error naming the call, file and line unless rc is MPI_SUCCESS (MPI_CHECK below).
@@ -49,6 +73,7 @@ struct Request {
   MPI_Op op = MPI_OP_NULL;        // user op for bf16 reductions, freed on completion
   void* event = nullptr;          // cudaEvent_t (Nccl)
   bool active = false;
+  const Watchdog* watchdog = nullptr;  // copied from the Comm that issued it
 
   Request() = default;
   Request(Request&&) noexcept = default;
@@ -107,9 +132,22 @@ Request iall_to_all_v(const Comm& c, const void* send, const size_t* send_counts
                       void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t);
 Request isend(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag = 0);
 Request irecv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag = 0);
-// Blocks until done (NCCL: the host waits for the recorded event). Safe on an inactive request.
+// Blocks until done (NCCL: the host waits for the recorded event). Safe on an inactive request. With a watchdog it
+// polls and may throw PeerFailure (the request is then left incomplete: the job is failing and must not finalize
+// cleanly).
 void wait(Request& r);
 // Drives progress and returns true once done (MPI progresses only inside MPI calls, so poll this while computing).
 bool test(Request& r);
+
+// Sends `message` to every other rank of w.notices (non-blocking; the returned requests complete once delivered,
+// which finish_after_failure waits for). Call it from the rank where the failure happened.
+std::vector<MPI_Request> send_failure_notice(const Watchdog& w, const std::string& message);
+// Throws PeerFailure if a failure notice has arrived on w.notices (never blocks). `waited` and `what` shape the
+// deadline message: a wait that has lasted `waited` seconds beyond w.timeout_seconds throws too.
+void check_watchdog(const Watchdog& w, double waited, const char* what);
+// After a failure was reported on this rank: completes `sent` and meets every other rank in a barrier on w.notices,
+// both bounded by `seconds`, so no rank leaves (and no launcher kills the job) before every rank had its say.
+// Returns false when the bound passed first (a rank died or hangs).
+bool finish_after_failure(const Watchdog& w, std::vector<MPI_Request>& sent, double seconds);
 
 }  // namespace lcplan::comm

@@ -123,6 +123,14 @@ struct Runner {
   }
 };
 
+// Rows this rank's experts received for a chunk. The backward sizes its buffers from the routing state, not from the
+// forward's permuted/received rows, so a caller may drop xp, xr and ye_src between the passes (lcplan-exec does).
+size_t recv_rows(const ChunkBuffers& b) {
+  int64_t n = 0;
+  for (int64_t v : b.recv_by_block) n += v;
+  return static_cast<size_t>(n);
+}
+
 // A row block below one would never advance through the GEMM rows.
 std::string poll_error(const ExecOptions& o) {
   return o.poll_rows >= 1 ? "" : "ExecOptions::poll_rows = " + std::to_string(o.poll_rows) + " must be at least 1";
@@ -321,11 +329,11 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
   run.start_comm = [&](const Step& st) -> comm::Request {
     ChunkBuffers& b = sv.chunks[st.chunk];
     if (st.op == StepOp::CombineBwd) {  // output grads travel the dispatch route
-      b.dyr.resize(b.xr.size());
+      b.dyr.resize(recv_rows(b) * H);
       return comm::iall_to_all_v(ep, b.dyp.data(), b.send_counts.data(), b.send_displs.data(), b.dyr.data(),
                                  b.recv_counts.data(), b.recv_displs.data(), comm::DType::F32);
     }
-    b.dxp.resize(b.xp.size());  // DispatchBwd: input grads travel the combine route
+    b.dxp.resize(b.row_of_slot.size() * H);  // DispatchBwd: input grads travel the combine route
     return comm::iall_to_all_v(ep, b.dx_src.data(), b.recv_counts.data(), b.recv_displs.data(), b.dxp.data(),
                                b.send_counts.data(), b.send_displs.data(), comm::DType::F32);
   };
@@ -378,7 +386,7 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
       }
       case StepOp::ExpertDgrad: {
         ChunkBuffers& b = sv.chunks[st.chunk];
-        const int64_t rows = static_cast<int64_t>(b.xr.size() / H);
+        const int64_t rows = recv_rows(b);
         b.dye.resize(b.dyr.size());
         reorder_rows(b.recv_by_block.data(), P, L, b.dyr.data(), b.dye.data(), H, true);
         b.dh1.resize(size_t(rows) * 2 * F);

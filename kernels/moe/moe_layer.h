@@ -62,7 +62,8 @@ struct StepTime {
   double start = 0, end = 0;
 };
 
-// Per-chunk buffers kept from forward to backward.
+// Per-chunk buffers kept from forward to backward. The backward reads row_of_slot, recv_by_block, the count and
+// displacement vectors, xe, h1, act and yp; xp, xr and ye_src are forward-only and may be released in between.
 struct ChunkBuffers {
   int t0 = 0, t1 = 0;
   std::vector<int> row_of_slot;          // slot (t - t0) * K + k -> row of xp / yp

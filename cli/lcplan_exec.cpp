@@ -1,0 +1,187 @@
+// lcplan-exec: run a single-stage plan (pp = 1, tp = 1) on CPUs under mpirun and write the measurement record.
+//   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
+//                                 [--seed S] [--timeout SECONDS] --out measured.json
+// Bad input: one sentence on every rank, exit 2, no output file. A rank that fails mid-step: every rank prints one
+// sentence (the failing rank its error, the others "rank R failed: ..."), exit 1, no output file; waits on peers
+// are bounded by --timeout (comm::Watchdog), so the job never hangs.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/data_dir.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
+#include "estimator/calibration.h"
+#include "estimator/hardware.h"
+#include "executor/executor.h"
+#include "executor/record.h"
+#include "executor/scale.h"
+#include "kernels/comm/comm.h"
+#include "models/zoo.h"
+
+namespace {
+
+using lcplan::UserError;
+
+struct Args {
+  std::string plan, out, backend = "cpu";
+  int steps = 1, layers = 0, scale = 1;
+  unsigned long long seed = 1;
+  double timeout = 600;
+};
+
+const char* kUsage =
+    "lcplan-exec --plan recipe.json --out measured.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda] "
+    "[--seed S] [--timeout SECONDS]";
+
+long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
+  size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || x < lo || x > hi)
+    throw UserError(flag + " " + v + " is not an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  bool have_out = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "--help" || f == "-h") throw UserError(std::string("usage: ") + kUsage);
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw UserError(f + " needs a value (" + kUsage + ")");
+      return argv[++i];
+    };
+    if (f == "--plan") a.plan = value();
+    else if (f == "--out") {
+      a.out = value();
+      have_out = true;
+    } else if (f == "--steps") a.steps = int(to_int(f, value(), 1, 1000000));
+    else if (f == "--layers") a.layers = int(to_int(f, value(), 0, 100000));
+    else if (f == "--scale") a.scale = int(to_int(f, value(), 1, 4096));
+    else if (f == "--seed") a.seed = (unsigned long long)to_int(f, value(), 0, (1LL << 62));
+    else if (f == "--timeout") a.timeout = double(to_int(f, value(), 1, 86400));
+    else if (f == "--backend") {
+      a.backend = value();
+      if (a.backend != "cpu" && a.backend != "cuda")
+        throw UserError("--backend " + a.backend + " is not a backend (valid: cpu, cuda)");
+    } else {
+      throw UserError("unknown argument \"" + f + "\" (" + kUsage + ")");
+    }
+  }
+  if (a.plan.empty()) throw UserError(std::string("--plan is required (") + kUsage + ")");
+  if (!have_out) throw UserError(std::string("--out is required (") + kUsage + ")");
+  if (a.backend == "cuda")
+    throw UserError("--backend cuda is not available yet: lcplan-exec's GPU path comes with a later issue; use "
+                    "--backend cpu");
+  return a;
+}
+
+// LCPLAN_EXEC_FAIL=rank:phase (tests): that rank throws at the start of that phase.
+void fail_hook(lcplan::exec::ExecOptions& o) {
+  const char* v = std::getenv("LCPLAN_EXEC_FAIL");
+  if (!v || !*v) return;
+  const std::string s = v;
+  const size_t c = s.find(':');
+  if (c == std::string::npos) throw UserError("LCPLAN_EXEC_FAIL=" + s + " must be rank:phase (e.g. 2:backward)");
+  o.fail_rank = int(to_int("LCPLAN_EXEC_FAIL rank", s.substr(0, c), 0, 1 << 20));
+  o.fail_phase = s.substr(c + 1);
+  lcplan::phase_from_string(o.fail_phase, "LCPLAN_EXEC_FAIL phase");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) {
+    std::fprintf(stderr, "lcplan-exec: error: MPI_Init failed (start it with mpirun or srun)\n");
+    return 1;
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  lcplan::comm::Watchdog wd;
+  MPI_Comm_dup(MPI_COMM_WORLD, &wd.notices);
+  MPI_Comm_set_errhandler(wd.notices, MPI_ERRORS_RETURN);
+  // A peer failed (or the timeout passed) inside a wait: report and leave from here, without unwinding the stack
+  // (the wait's requests still point into its buffers).
+  wd.on_failure = [&wd, rank](int, const std::string& message) {
+    std::fprintf(stderr, "lcplan-exec: error (rank %d): %s\n", rank, message.c_str());
+    std::fflush(stderr);
+    std::vector<MPI_Request> none;
+    lcplan::comm::finish_after_failure(wd, none, 10.0);
+    std::_Exit(1);
+  };
+  lcplan::comm::Comm world;
+  bool running = false;  // past the checks: a failure now may leave peers waiting on this rank
+  try {
+    world = lcplan::comm::world_mpi();
+    world.watchdog = &wd;
+    Args a;
+    lcplan::exec::ScaledCase sc;
+    lcplan::exec::ExecOptions o;
+    std::string err;
+    try {  // every rank checks its input; one verdict for all (a file one rank cannot read must not strand the rest)
+      a = parse(argc, argv);
+      wd.timeout_seconds = a.timeout;
+      const std::string dir = lcplan::data_dir();
+      const lcplan::Plan plan = lcplan::plan_from_json(lcplan::read_json_file(a.plan, "plan file"));
+      const lcplan::ModelSpec model = lcplan::load_model(plan.model, dir);
+      if (const std::string e = lcplan::exec::executor_support_error(model, plan); !e.empty()) throw UserError(e);
+      sc = lcplan::exec::executor_case(model, plan, {a.scale, a.layers});
+      // The executor's own implementation constants (its workspace reservation, its linear-CE tile).
+      const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir),
+                                                              lcplan::load_hardware(plan.hardware, dir).name, "lcplan-exec");
+      sc.plan.implementation = "lcplan-exec";
+      o.steps = a.steps;
+      o.seed = a.seed;
+      o.workspace_reserve = cal.workspace_bytes;
+      o.ce_vocab_tile = std::max<int64_t>(1, int64_t(cal.linear_ce_vocab_tile / 2));  // fp32 tile = the bf16 bytes
+      fail_hook(o);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    lcplan::comm::raise_if_any(world, err);
+    running = true;
+    const lcplan::exec::ExecResult r = lcplan::exec::run_executor(world, sc.model, sc.plan, o);
+    if (world.rank == 0) {
+      const lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
+      // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
+      lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
+      std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",
+                  m.id.c_str(), *m.loss, *m.grad_norm, *m.step_seconds, *m.peak_bytes / 1048576.0, *m.peak_rank,
+                  lcplan::to_string(*m.peak_phase), a.out.c_str());
+    }
+    lcplan::comm::free_comm(world);
+    MPI_Comm_free(&wd.notices);
+    MPI_Finalize();
+    return 0;
+  } catch (const lcplan::comm::PeerFailure& e) {
+    std::fprintf(stderr, "lcplan-exec: error (rank %d): %s\n", rank, e.what());
+    std::fflush(stderr);
+    std::vector<MPI_Request> none;
+    lcplan::comm::finish_after_failure(wd, none, 10.0);
+    std::_Exit(1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lcplan-exec: error (rank %d): %s\n", rank, e.what());
+    std::fflush(stderr);
+    if (!running || dynamic_cast<const UserError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e)) {
+      // The same sentence on every rank before any step communication: a clean exit.
+      if (!running) {
+        MPI_Finalize();
+        return 2;
+      }
+    }
+    std::vector<MPI_Request> sent = lcplan::comm::send_failure_notice(wd, e.what());
+    lcplan::comm::finish_after_failure(wd, sent, 10.0);
+    std::_Exit(running && dynamic_cast<const UserError*>(&e) ? 2 : 1);
+  }
+}

@@ -1,0 +1,279 @@
+#include "executor/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "estimator/estimate.h"
+
+namespace lcplan::exec {
+
+namespace {
+
+constexpr double kBf16 = 2, kFp32 = 4, kAdamBytes = 12;  // as estimator/memory_model.cpp
+
+struct Field {
+  const char* key;
+  double MemoryBreakdown::*member;
+};
+constexpr Field kFields[] = {
+    {"params", &MemoryBreakdown::params},           {"grads", &MemoryBreakdown::grads},
+    {"optimizer", &MemoryBreakdown::optimizer},     {"fsdp_buffers", &MemoryBreakdown::fsdp_buffers},
+    {"activations", &MemoryBreakdown::activations}, {"logits", &MemoryBreakdown::logits},
+    {"moe_buffers", &MemoryBreakdown::moe_buffers}, {"workspace", &MemoryBreakdown::workspace},
+    {"cuda_context", &MemoryBreakdown::cuda_context}, {"fragmentation", &MemoryBreakdown::fragmentation},
+};
+
+std::vector<CategoryRow> rows(const MemoryBreakdown& est, const MemoryBreakdown& meas) {
+  std::vector<CategoryRow> r;
+  for (const Field& f : kFields) r.push_back({f.key, est.*f.member, meas.*f.member});
+  return r;
+}
+
+std::string mib(double b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.3f", b / 1048576.0);
+  return s;
+}
+std::string pct(double r) {
+  if (std::isinf(r)) return "new";
+  char s[32];
+  std::snprintf(s, sizeof s, "%+.1f%%", 100 * r);
+  return s;
+}
+
+}  // namespace
+
+double CategoryRow::rel() const {
+  if (estimate == 0) return measured == 0 ? 0 : std::numeric_limits<double>::infinity();
+  return measured / estimate - 1;
+}
+
+double worst_relative_error(const std::vector<CategoryRow>& rs, double floor_bytes) {
+  double worst = 0;
+  for (const CategoryRow& r : rs) {
+    if (std::max(r.estimate, r.measured) < floor_bytes) continue;
+    worst = std::max(worst, std::abs(r.rel()));
+  }
+  return worst;
+}
+
+// Mirrors estimator/memory_model.cpp's estimate_memory (static terms, saved activations, rebuilt working set,
+// MoE buffers, logits, FSDP buffers, and which of them each phase holds).
+std::array<MemoryBreakdown, 4> estimate_phases(const DerivedPlan& d, const Calibration& cal, int r) {
+  const ModelSpec& m = *d.model;
+  const Plan& p = *d.plan;
+  const Parallel& q = p.parallel;
+  const double dense_shard = double(d.dp) * q.cp, edp = d.edp;
+  const int n_chunks = d.moe_chunks;
+  const double chunk_factor = n_chunks == 1 ? 1.0 : std::min(1.0, (1.0 + cal.moe_chunk_overlap) / n_chunks);
+  const double workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * d.communicators;
+  const StageRecord& sr = d.stages[r];
+  const UnitParams& sp = sr.params;
+  const bool last = r == q.pp - 1;
+  MemoryBreakdown stat;
+  const double grad_b = cal.main_grad_bytes;
+  switch (p.optimizer_sharding) {
+    case OptimizerSharding::None:
+      stat.params = kBf16 * (sp.dense + sp.expert);
+      stat.grads = grad_b * (sp.dense + sp.expert);
+      stat.optimizer = kAdamBytes * (sp.dense + sp.expert);
+      break;
+    case OptimizerSharding::DistOpt:
+      stat.params = kBf16 * (sp.dense + sp.expert);
+      stat.grads = grad_b * (sp.dense + sp.expert);
+      stat.optimizer = kAdamBytes * (sp.dense / dense_shard + sp.expert / edp);
+      break;
+    case OptimizerSharding::Fsdp: {
+      const double shard = sp.dense / dense_shard + sp.expert / edp;
+      stat.params = kBf16 * shard;
+      stat.grads = grad_b * shard;
+      stat.optimizer = kAdamBytes * shard;
+      break;
+    }
+  }
+  if (p.offload.optimizer) stat.optimizer = 0;
+  double act = sr.saved_activations, working = 0, whole = 0;
+  for (uint64_t bits = sr.kinds_present; bits; bits &= bits - 1) {
+    const int bit = __builtin_ctzll(bits);
+    const bool recomputed = bit & 1;
+    const LayerActivation& la = recomputed ? d.kinds[bit / 2].when_recomputed : d.kinds[bit / 2].when_kept;
+    const double w = recomputed ? (la.full - la.moe_tokens) + la.moe_tokens * chunk_factor : la.full;
+    if (recomputed || p.recompute == Recompute::Selective) working = std::max(working, w - la.saved);
+    whole = std::max(whole, w);
+  }
+  if (p.offload.activations) {
+    act = 0;
+    working = std::max(working, whole);
+  }
+  const double moe_buf = sr.has_moe ? cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor : 0;
+  const double S = d.local_tokens;
+  double logits = 0;
+  if (last) {
+    const double vocab_local = double(m.vocab) / q.tp;
+    if (p.linear_ce) {
+      const double tile = std::min(cal.linear_ce_vocab_tile, vocab_local);
+      logits = S * tile * kBf16 + S * 4 * kFp32 + S * m.hidden * kFp32;
+    } else {
+      logits = S * vocab_local * cal.logits_bytes_per_element;
+    }
+  }
+  double fsdp_gather = 0, fsdp_grad = 0;
+  if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
+    fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;
+    fsdp_grad = grad_b * sr.max_unit;
+  }
+  std::array<MemoryBreakdown, 4> out;
+  for (int ph = 0; ph < 4; ++ph) {
+    MemoryBreakdown b = stat;
+    b.workspace = workspace;
+    b.cuda_context = cal.cuda_context_bytes;
+    if (Phase(ph) != Phase::Optimizer) b.activations = act;
+    switch (Phase(ph)) {
+      case Phase::Forward:
+        b.moe_buffers = moe_buf;
+        b.fsdp_buffers = fsdp_gather;
+        break;
+      case Phase::Loss:
+        b.logits = logits;
+        b.fsdp_buffers = fsdp_gather;
+        break;
+      case Phase::Backward:
+        b.activations += working;
+        b.moe_buffers = moe_buf;
+        b.fsdp_buffers = fsdp_gather + fsdp_grad;
+        break;
+      case Phase::Optimizer:
+        break;
+    }
+    b.fragmentation = cal.fragmentation * (b.activations + b.logits + b.moe_buffers + b.fsdp_buffers);
+    out[ph] = b;
+  }
+  return out;
+}
+
+Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal,
+                   const Measurement& meas) {
+  Comparison c;
+  // Memory is compared at the routing the run had: the busiest rank's routed token copies over the mean, which the
+  // estimator's routing_imbalance stands for (lcplan-exec records it; small runs route unevenly).
+  Plan plan = p;
+  if (meas.executor.is_object() && meas.executor.contains("moe_routing_load") &&
+      meas.executor.at("moe_routing_load").is_number()) {
+    const double load = meas.executor.at("moe_routing_load").get<double>();
+    if (std::isfinite(load) && load > p.moe.routing_imbalance && load <= 64 && p.moe.capacity_factor == 0) {
+      plan.moe.routing_imbalance = load;
+      char s[160];
+      std::snprintf(s, sizeof s, "memory estimated at the run's routing load %.3f (busiest rank's routed tokens over the "
+                    "mean; the plan says %.3f)", load, p.moe.routing_imbalance);
+      c.notes.push_back(s);
+    }
+  }
+  const DerivedPlan d = derive_plan(m, plan, hw);
+  const MemoryEstimate mem = estimate_memory(d, cal);
+  const Estimate est = estimate(d, hw, cal, mem);
+  c.estimate_peak_phase = mem.peak_phase;
+  c.estimate_peak = mem.peak_bytes;
+  c.measured_peak = meas.peak_bytes;
+  c.measured_peak_phase = meas.peak_phase;
+  const std::array<MemoryBreakdown, 4> phases = estimate_phases(d, cal, mem.peak_stage);
+  // The peak phase's categories, like for like: the estimate of the phase the run peaked in against that phase's
+  // per-category maxima (the estimator's terms are maxima), else the breakdown at the peak.
+  const Phase at = meas.peak_phase ? *meas.peak_phase : mem.peak_phase;
+  const std::optional<MeasuredPhase>& mp = meas.phases[int(at)];
+  if (mp && mp->category_peaks) c.at_peak = rows(phases[int(at)], *mp->category_peaks);
+  else if (meas.breakdown) c.at_peak = rows(meas.peak_phase ? phases[int(at)] : mem.stages[mem.peak_stage].breakdown,
+                                            *meas.breakdown);
+  for (int ph = 0; ph < 4; ++ph) {
+    if (Phase(ph) == Phase::Loss && mem.peak_stage != p.parallel.pp - 1) continue;
+    PhaseRow row;
+    row.phase = Phase(ph);
+    row.estimate = phases[ph].total();
+    if (meas.phases[ph]) {
+      row.measured = meas.phases[ph]->peak_bytes;
+      row.seconds = meas.phases[ph]->seconds;
+      // Each category's own peak within the phase when recorded (the estimator's phase terms are maxima), else the
+      // breakdown at the phase's peak.
+      if (meas.phases[ph]->category_peaks) row.categories = rows(phases[ph], *meas.phases[ph]->category_peaks);
+      else if (meas.phases[ph]->breakdown) row.categories = rows(phases[ph], *meas.phases[ph]->breakdown);
+    }
+    c.phases.push_back(row);
+  }
+  c.estimate_step_seconds = est.time.step_seconds;
+  c.measured_step_seconds = meas.step_seconds;
+  c.estimate_time = estimate_to_json(est, plan)["time"];
+  if (c.measured_peak_phase && *c.measured_peak_phase != c.estimate_peak_phase)
+    c.notes.push_back(std::string("the measured peak is in the ") + to_string(*c.measured_peak_phase) +
+                      " phase, the estimate's in the " + to_string(c.estimate_peak_phase) + " phase");
+  if (!meas.device.empty() && meas.device != hw.name)
+    c.notes.push_back("time: the estimate is for " + hw.name + ", the measurement ran on " + meas.device +
+                      "; compare times only against a calibration profile measured on that device");
+  return c;
+}
+
+std::string comparison_table(const Comparison& c) {
+  std::string s;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-14s %14s %14s %9s\n", "memory (MiB)", "estimate", "measured", "diff");
+  s += line;
+  std::snprintf(line, sizeof line, "%-14s %14s %14s %9s\n", "peak", mib(c.estimate_peak).c_str(),
+                c.measured_peak ? mib(*c.measured_peak).c_str() : "-",
+                c.measured_peak && c.estimate_peak > 0 ? pct(*c.measured_peak / c.estimate_peak - 1).c_str() : "");
+  s += line;
+  std::snprintf(line, sizeof line, "%-14s %14s %14s\n", "peak phase", to_string(c.estimate_peak_phase),
+                c.measured_peak_phase ? to_string(*c.measured_peak_phase) : "-");
+  s += line;
+  s += "categories in the measured peak phase (estimate of that phase; measured: each category's maximum in it)\n";
+  for (const CategoryRow& r : c.at_peak) {
+    if (r.estimate == 0 && r.measured == 0) continue;
+    std::snprintf(line, sizeof line, "  %-12s %14s %14s %9s\n", r.category.c_str(), mib(r.estimate).c_str(),
+                  mib(r.measured).c_str(), pct(r.rel()).c_str());
+    s += line;
+  }
+  s += "\nper phase (peak total, MiB)     estimate       measured      diff  seconds/step\n";
+  for (const PhaseRow& r : c.phases) {
+    std::snprintf(line, sizeof line, "  %-28s %10s %14s %9s %10s\n", to_string(r.phase), mib(r.estimate).c_str(),
+                  r.measured ? mib(*r.measured).c_str() : "-",
+                  r.measured && r.estimate > 0 ? pct(*r.measured / r.estimate - 1).c_str() : "",
+                  r.seconds ? std::to_string(*r.seconds).c_str() : "-");
+    s += line;
+  }
+  std::snprintf(line, sizeof line, "\nstep seconds: estimate %.6g (plan's hardware), measured %s\n",
+                c.estimate_step_seconds, c.measured_step_seconds ? std::to_string(*c.measured_step_seconds).c_str() : "-");
+  s += line;
+  for (const std::string& n : c.notes) s += "note: " + n + "\n";
+  return s;
+}
+
+nlohmann::json comparison_to_json(const Comparison& c) {
+  auto cats = [](const std::vector<CategoryRow>& rs) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const CategoryRow& r : rs) {
+      nlohmann::json x = {{"estimate", r.estimate}, {"measured", r.measured}};
+      if (!std::isinf(r.rel())) x["relative_error"] = r.rel();
+      j[r.category] = x;
+    }
+    return j;
+  };
+  nlohmann::json j;
+  j["peak"] = {{"estimate", c.estimate_peak}, {"estimate_phase", to_string(c.estimate_peak_phase)}};
+  if (c.measured_peak) j["peak"]["measured"] = *c.measured_peak;
+  if (c.measured_peak_phase) j["peak"]["measured_phase"] = to_string(*c.measured_peak_phase);
+  j["breakdown_at_peak"] = cats(c.at_peak);
+  nlohmann::json ph = nlohmann::json::object();
+  for (const PhaseRow& r : c.phases) {
+    nlohmann::json x = {{"estimate", r.estimate}};
+    if (r.measured) x["measured"] = *r.measured;
+    if (r.seconds) x["seconds"] = *r.seconds;
+    if (!r.categories.empty()) x["breakdown"] = cats(r.categories);
+    ph[to_string(r.phase)] = x;
+  }
+  j["phases"] = ph;
+  j["time"] = {{"estimate_step_seconds", c.estimate_step_seconds}, {"estimate", c.estimate_time}};
+  if (c.measured_step_seconds) j["time"]["measured_step_seconds"] = *c.measured_step_seconds;
+  j["notes"] = c.notes;
+  return j;
+}
+
+}  // namespace lcplan::exec

@@ -1,0 +1,70 @@
+// Estimate vs measurement for one plan: memory per category at the peak and per schedule phase, and time per phase.
+// `lcplan validate --plan recipe.json --measured measured.json` prints this (cli/cmd_validate_run.cpp).
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate/measurement.h"
+#include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
+#include "estimator/hardware.h"
+#include "estimator/memory_model.h"
+#include "estimator/plan.h"
+#include "models/model_spec.h"
+
+namespace lcplan::exec {
+
+// The estimator's breakdown of `stage` in every phase (the peak is the largest of them). Composed from the derived
+// record the same way estimator/memory_model.cpp composes phase totals; tests check it reproduces the estimator's
+// peak breakdown exactly, so a change there that this misses fails a test.
+std::array<MemoryBreakdown, 4> estimate_phases(const DerivedPlan& d, const Calibration& cal, int stage);
+
+struct CategoryRow {
+  std::string category;  // the estimator's breakdown key
+  double estimate = 0, measured = 0;
+  // measured / estimate - 1, or 0 when both are 0 (and +inf when only the measurement is non-zero)
+  double rel() const;
+};
+
+struct PhaseRow {
+  Phase phase = Phase::Forward;
+  double estimate = 0;                 // estimated total of the phase
+  std::optional<double> measured;      // measured peak total of the phase
+  std::optional<double> seconds;       // measured wall time of the phase (all steps)
+  std::vector<CategoryRow> categories;  // when the measurement has this phase's breakdown
+};
+
+struct Comparison {
+  Phase estimate_peak_phase = Phase::Backward;
+  std::optional<Phase> measured_peak_phase;
+  double estimate_peak = 0;
+  std::optional<double> measured_peak;
+  // The measured peak phase, per category: the estimate of that phase against each category's own maximum in it
+  // (category_peaks; the estimator's phase terms are such maxima), or the breakdown at the peak when not recorded.
+  std::vector<CategoryRow> at_peak;
+  std::vector<PhaseRow> phases;
+  double estimate_step_seconds = 0;  // on the plan's hardware profile
+  std::optional<double> measured_step_seconds;
+  nlohmann::json estimate_time;      // the estimator's time breakdown (seconds)
+  std::vector<std::string> notes;
+};
+
+// The measurement must be for (m, p): the model the run used (scaled as recorded) and the plan it ran. When the
+// record carries the run's routing load (executor.moe_routing_load) above the plan's routing_imbalance, memory is
+// estimated at that load (and a note says so).
+Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal,
+                   const Measurement& meas);
+
+// Largest |rel()| over the categories of `rows` whose estimate or measurement is at least `floor_bytes` (tiny terms
+// are compared in absolute bytes instead: a 2 KiB term 50% off is not a finding).
+double worst_relative_error(const std::vector<CategoryRow>& rows, double floor_bytes);
+
+std::string comparison_table(const Comparison& c);
+nlohmann::json comparison_to_json(const Comparison& c);
+
+}  // namespace lcplan::exec

@@ -1,0 +1,59 @@
+// lcplan-exec's training step on CPUs: the model of a single-stage plan (pp = 1, tp = 1) built layer by layer from
+// kernels/, data parallel with dist_opt / FSDP sharding, context parallelism, expert parallelism through the
+// chunked MoE layer, recompute as the estimator defines it, Adam; every tensor charged to the estimator's memory
+// categories (executor/tracking_allocator.h). See executor/README.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "estimator/plan.h"
+#include "executor/param_store.h"
+#include "executor/tracking_allocator.h"
+#include "kernels/comm/comm.h"
+#include "models/model_spec.h"
+
+namespace lcplan::exec {
+
+struct ExecOptions {
+  int steps = 1;
+  uint64_t seed = 1;
+  double workspace_reserve = 0;  // bytes reserved for temporaries: the executor profile's memory.workspace_bytes
+  AdamOptions adam;
+  int64_t ce_vocab_tile = 512;   // linear-CE vocabulary columns per fp32 tile (data/calibration/default.json, per_implementation lcplan-exec)
+  float rope_theta = 10000.0f;   // ModelSpec carries no RoPE base; any base gives the same memory and work
+  // Test hook (lcplan-exec reads LCPLAN_EXEC_FAIL=rank:phase): that rank throws when that phase first starts.
+  int fail_rank = -1;
+  std::string fail_phase;
+};
+
+// One rank's measurements.
+struct RankReport {
+  int rank = 0;
+  std::array<PhasePeak, kPhases> phases{};  // each phase's peak total and its breakdown
+  double workspace_high_water = 0;          // most workspace bytes live at once (the reservation is reported apart)
+  std::array<double, kPhases> phase_seconds{};  // wall seconds in each phase, summed over all steps
+  double moe_rows_received = 0, moe_rows_sent = 0;  // routed token copies this rank's experts got / it sent
+  double tracker_ops = 0;                   // tracker add/sub calls (overhead benchmark)
+  double cpu_seconds = 0;                   // this process's CPU time over all steps (wall time inflates on a
+                                            // shared or oversubscribed machine; CPU time does not)
+};
+
+struct ExecResult {
+  std::vector<double> loss, grad_norm, step_seconds;  // per step, identical on every rank
+  std::vector<RankReport> ranks;                      // every rank's report, on every rank
+  double setup_seconds = 0;                           // process groups, parameter initialisation
+  int microbatches = 1;
+};
+
+// `m` and `p` are what runs (already scaled: executor_case()). Collective over `world`; every rank returns the same
+// result. Throws UserError (same sentence on every rank) for a plan the executor refuses or a world-size mismatch;
+// any other failure on a rank surfaces on its peers as comm::PeerFailure when `world` has a watchdog.
+ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan& p, const ExecOptions& o);
+
+// The rank of the job's peak (largest peak total over ranks and phases) and that phase.
+std::pair<int, Phase> job_peak(const ExecResult& r);
+
+}  // namespace lcplan::exec

@@ -1,0 +1,1017 @@
+#include "executor/layers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "executor/ops.h"
+#include "kernels/attention/attention.h"
+#include "kernels/linear_attention/linear_attention.h"
+#include "kernels/linear_ce/linear_ce.h"
+#include "kernels/moe/cpu_gemm.h"
+#include "kernels/moe/moe_layer.h"
+#include "kernels/moe/moe_math.h"
+
+namespace lcplan::exec {
+
+int64_t Ctx::chunk_start(int ch) const {
+  if (cp == 1) return 0;
+  return int64_t(ch == 0 ? cp_rank : 2 * cp - 1 - cp_rank) * chunk_len;
+}
+
+namespace {
+
+using WS = Buf<float>;
+
+WS ws(Ctx& c, size_t n) { return WS(c.tr, Category::Workspace, n); }
+
+Buf<bf16> save16(Ctx& c, const float* x, size_t n) {
+  Buf<bf16> b(c.tr, Category::Activations, n);
+  to_bf16(x, b.data(), n);
+  return b;
+}
+Buf<float> save32(Ctx& c, const float* x, size_t n) {
+  Buf<float> b(c.tr, Category::Activations, n);
+  std::copy(x, x + n, b.data());
+  return b;
+}
+WS load(Ctx& c, const Buf<bf16>& b) { return widen(c.tr, b.data(), b.size()); }
+
+float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplusf(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// Copies columns [c0, c0 + n) of rows [r0, r0 + rows) of a row-major matrix with `cols` columns.
+void cols_out(const float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * n, m + (r0 + r) * cols + c0, sizeof(float) * size_t(n));
+}
+void cols_in(float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, const float* in, bool add) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* dst = m + (r0 + r) * cols + c0;
+    const float* src = in + r * n;
+    if (add)
+      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+    else
+      std::memcpy(dst, src, sizeof(float) * size_t(n));
+  }
+}
+
+const bf16* wd(const UnitView& w, size_t off) { return w.dense + off; }
+float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
+
+// ---------------------------------------------------------------- full attention, context parallel
+
+// K and V of one whole sequence in positional order, fp32 [seq x kv_cols] each. Under CP the local chunks of every
+// rank are all-gathered (bf16, the stored precision) over the CP group and put back in sequence order.
+struct FullKV {
+  WS k, v;
+};
+
+FullKV gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
+  const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
+  FullKV kv{ws(c, size_t(c.seq * kvc)), ws(c, size_t(c.seq * kvc))};
+  if (c.cp == 1) {
+    std::copy(k_loc, k_loc + L * kvc, kv.k.data());
+    std::copy(v_loc, v_loc + L * kvc, kv.v.data());
+    return kv;
+  }
+  Buf<bf16> mine(c.tr, Category::Workspace, size_t(L * 2 * kvc));
+  for (int64_t t = 0; t < L; ++t) {
+    to_bf16(k_loc + t * kvc, mine.data() + t * 2 * kvc, size_t(kvc));
+    to_bf16(v_loc + t * kvc, mine.data() + t * 2 * kvc + kvc, size_t(kvc));
+  }
+  Buf<bf16> all(c.tr, Category::Workspace, size_t(c.cp * L * 2 * kvc));
+  comm::all_gather(c.pg.cp, mine.data(), all.data(), size_t(L * 2 * kvc), comm::DType::BF16);
+  for (int j = 0; j < c.cp; ++j)
+    for (int ch = 0; ch < 2; ++ch) {
+      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc;
+      for (int64_t t = 0; t < Sc; ++t) {
+        const bf16* src = all.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
+        to_f32(src, kv.k.data() + (pos + t) * kvc, size_t(kvc));
+        to_f32(src + kvc, kv.v.data() + (pos + t) * kvc, size_t(kvc));
+      }
+    }
+  return kv;
+}
+
+attention::Options attn_opts(const Ctx& c, bool sliding, int ch) {
+  attention::Options o;
+  o.causal = true;
+  o.window = sliding ? c.d.window : 0;
+  o.q_start = c.chunk_start(ch);
+  o.k_start = 0;
+  return o;
+}
+
+// One sequence: q [seq_local x hq x hd] -> o, lse [chunk][hq x chunk_len].
+void attention_seq_fwd(Ctx& c, bool sliding, const float* q, const FullKV& kv, float* o, float* lse) {
+  const int64_t qc = c.d.q_cols(), Sc = c.chunk_len;
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    const attention::Options opt = attn_opts(c, sliding, ch);
+    const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
+    attention::Stats st;
+    attention::forward_cpu(s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), o + ch * Sc * qc, lse + ch * c.d.hq * Sc,
+                           opt, &st);
+    Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
+  }
+}
+
+void attention_seq_bwd(Ctx& c, bool sliding, const float* q, const FullKV& kv, const float* o, const float* lse,
+                       const float* d_o, float* dq, float* dk_loc, float* dv_loc) {
+  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), Sc = c.chunk_len, L = c.seq_local;
+  WS dK = ws(c, size_t(c.seq * kvc)), dV = ws(c, size_t(c.seq * kvc));
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    const attention::Options opt = attn_opts(c, sliding, ch);
+    const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
+    WS tk = ws(c, size_t(s.sk * kvc)), tv = ws(c, size_t(s.sk * kvc));
+    attention::Stats st;
+    attention::backward_cpu(s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), o + ch * Sc * qc, lse + ch * c.d.hq * Sc,
+                            d_o + ch * Sc * qc, dq + ch * Sc * qc, tk.data(), tv.data(), opt, &st);
+    Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
+    for (int64_t i = 0; i < s.sk * kvc; ++i) {
+      dK[size_t(i)] += tk[size_t(i)];
+      dV[size_t(i)] += tv[size_t(i)];
+    }
+  }
+  if (c.cp == 1) {
+    std::copy(dK.data(), dK.data() + L * kvc, dk_loc);
+    std::copy(dV.data(), dV.data() + L * kvc, dv_loc);
+    return;
+  }
+  // dK/dV back to the ranks owning the keys: rank-major [rank][its two chunks][k | v], reduce-scattered (sum).
+  WS packed = ws(c, size_t(c.cp * L * 2 * kvc)), mine = ws(c, size_t(L * 2 * kvc));
+  for (int j = 0; j < c.cp; ++j)
+    for (int ch = 0; ch < 2; ++ch) {
+      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc;
+      for (int64_t t = 0; t < Sc; ++t) {
+        float* dst = packed.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
+        std::copy(dK.data() + (pos + t) * kvc, dK.data() + (pos + t + 1) * kvc, dst);
+        std::copy(dV.data() + (pos + t) * kvc, dV.data() + (pos + t + 1) * kvc, dst + kvc);
+      }
+    }
+  comm::reduce_scatter(c.pg.cp, packed.data(), mine.data(), size_t(L * 2 * kvc), comm::DType::F32,
+                       comm::ReduceOp::Sum);
+  for (int64_t t = 0; t < L; ++t) {
+    std::copy(mine.data() + t * 2 * kvc, mine.data() + t * 2 * kvc + kvc, dk_loc + t * kvc);
+    std::copy(mine.data() + t * 2 * kvc + kvc, mine.data() + (t + 1) * 2 * kvc, dv_loc + t * kvc);
+  }
+}
+
+void rope_all(Ctx& c, float* x, int64_t heads, bool backward) {
+  if (c.d.rotary == 0) return;
+  const int64_t w = heads * c.d.hd;
+  for (int b = 0; b < c.mb; ++b)
+    for (int ch = 0; ch < c.chunks; ++ch) {
+      attention::RopeOptions o;
+      o.rotary_dim = c.d.rotary;
+      o.theta = c.rope_theta;
+      o.start = c.chunk_start(ch);
+      float* p = x + (int64_t(b) * c.seq_local + ch * c.chunk_len) * w;
+      if (backward) attention::rope_backward_cpu(c.chunk_len, heads, c.d.hd, p, p, o);
+      else attention::rope_forward_cpu(c.chunk_len, heads, c.d.hd, p, p, o);
+    }
+}
+
+struct QKV {
+  WS q, gate, k, v;
+};
+
+// Projections, qk-norm and RoPE from the pre-mixer norm output (values rounded to bf16 as stored).
+QKV project_qkv(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n1, WS* raw_out) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, qc = d.q_cols(), kvc = d.kv_cols(), P = d.qkv_cols();
+  WS P_ = ws(c, size_t(T * P));
+  matmul(c.tr, n1, wd(w, u.off.w_qkv), P_.data(), T, d.H, P);
+  round_bf16_inplace(P_.data(), P_.size());
+  QKV r{ws(c, size_t(T * qc)), ws(c, d.gate ? size_t(T * qc) : 0), ws(c, size_t(T * kvc)), ws(c, size_t(T * kvc))};
+  int64_t col = 0;
+  cols_out(P_.data(), P, 0, T, col, qc, r.q.data());
+  col += qc;
+  if (d.gate) {
+    cols_out(P_.data(), P, 0, T, col, qc, r.gate.data());
+    col += qc;
+  }
+  cols_out(P_.data(), P, 0, T, col, kvc, r.k.data());
+  col += kvc;
+  cols_out(P_.data(), P, 0, T, col, kvc, r.v.data());
+  if (d.qk_norm) {
+    rmsnorm(r.q.data(), wd(w, u.off.q_norm), r.q.data(), T * d.hq, d.hd);
+    rmsnorm(r.k.data(), wd(w, u.off.k_norm), r.k.data(), T * d.hkv, d.hd);
+    round_bf16_inplace(r.q.data(), r.q.size());
+    round_bf16_inplace(r.k.data(), r.k.size());
+  }
+  rope_all(c, r.q.data(), d.hq, false);
+  rope_all(c, r.k.data(), d.hkv, false);
+  round_bf16_inplace(r.q.data(), r.q.size());
+  round_bf16_inplace(r.k.data(), r.k.size());
+  if (raw_out) *raw_out = std::move(P_);
+  return r;
+}
+
+// Core attention over every sequence of the microbatch: o and lse from q, k, v.
+void core_attention_fwd(Ctx& c, bool sliding, const float* q, const float* k, const float* v, float* o, float* lse) {
+  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), L = c.seq_local;
+  for (int b = 0; b < c.mb; ++b) {
+    FullKV kv = gather_kv(c, k + b * L * kvc, v + b * L * kvc);
+    attention_seq_fwd(c, sliding, q + b * L * qc, kv, o + b * L * qc, lse + int64_t(b) * c.d.hq * L);
+  }
+  round_bf16_inplace(o, size_t(c.tokens * qc));
+}
+
+// Returns the mixer output y [T x H] (fp32, bf16 values).
+void attention_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* x, Keep keep,
+                   LayerSaved& sv, float* y) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, H = d.H, qc = d.q_cols();
+  WS n1 = ws(c, size_t(T * H));
+  rmsnorm(x, wd(w, u.off.norm1), n1.data(), T, H);
+  round_bf16_inplace(n1.data(), n1.size());
+  QKV r = project_qkv(c, u, w, n1.data(), nullptr);
+  WS o = ws(c, size_t(T * qc));
+  Buf<float> lse(c.tr, keep == Keep::All ? Category::Activations : Category::Workspace, size_t(T * d.hq));
+  core_attention_fwd(c, l.sliding, r.q.data(), r.k.data(), r.v.data(), o.data(), lse.data());
+  WS go;
+  const float* oproj_in = o.data();
+  if (d.gate) {
+    go = ws(c, size_t(T * qc));
+    for (int64_t i = 0; i < T * qc; ++i) go[size_t(i)] = round_bf16(o[size_t(i)] * sigmoidf(r.gate[size_t(i)]));
+    oproj_in = go.data();
+  }
+  matmul(c.tr, oproj_in, wd(w, u.off.wo), y, T, qc, H);
+  round_bf16_inplace(y, size_t(T * H));
+  if (keep == Keep::InputOnly) return;
+  if (keep == Keep::All) {
+    sv.n1 = save16(c, n1.data(), n1.size());
+    sv.lse = std::move(lse);
+  }
+  sv.q = save16(c, r.q.data(), r.q.size());
+  sv.k = save16(c, r.k.data(), r.k.size());
+  sv.v = save16(c, r.v.data(), r.v.size());
+  sv.o = save16(c, o.data(), o.size());
+  if (d.gate) {
+    sv.gate = save16(c, r.gate.data(), r.gate.size());
+    sv.go = save16(c, go.data(), go.size());
+  }
+}
+
+// dy: gradient of the mixer output; writes dn1 (gradient of the pre-mixer norm output).
+void attention_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l,
+                   LayerSaved& sv, const float* dy, float* dn1) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, H = d.H, qc = d.q_cols(), kvc = d.kv_cols(), L = c.seq_local;
+  WS o = load(c, sv.o);
+  WS gate, go;
+  if (d.gate) {
+    gate = load(c, sv.gate);
+    go = load(c, sv.go);
+  }
+  WS dgo = ws(c, size_t(T * qc));
+  matmul_bwd(c.tr, d.gate ? go.data() : o.data(), wd(w, u.off.wo), dy, dgo.data(), gd(g, u.off.wo), T, qc, H);
+  WS dO = ws(c, size_t(T * qc)), dgate = ws(c, d.gate ? size_t(T * qc) : 0);
+  for (int64_t i = 0; i < T * qc; ++i) {
+    if (d.gate) {
+      const float s = sigmoidf(gate[size_t(i)]);
+      dO[size_t(i)] = dgo[size_t(i)] * s;
+      dgate[size_t(i)] = dgo[size_t(i)] * o[size_t(i)] * s * (1.0f - s);
+    } else {
+      dO[size_t(i)] = dgo[size_t(i)];
+    }
+  }
+  go.reset();
+  dgo.reset();
+  WS q = load(c, sv.q), k = load(c, sv.k), v = load(c, sv.v);
+  WS dq = ws(c, size_t(T * qc)), dk = ws(c, size_t(T * kvc)), dv = ws(c, size_t(T * kvc));
+  for (int b = 0; b < c.mb; ++b) {
+    FullKV kv = gather_kv(c, k.data() + b * L * kvc, v.data() + b * L * kvc);
+    attention_seq_bwd(c, l.sliding, q.data() + b * L * qc, kv, o.data() + b * L * qc,
+                      sv.lse.data() + int64_t(b) * d.hq * L, dO.data() + b * L * qc, dq.data() + b * L * qc,
+                      dk.data() + b * L * kvc, dv.data() + b * L * kvc);
+  }
+  q.reset();
+  k.reset();
+  v.reset();
+  o.reset();
+  dO.reset();
+  rope_all(c, dq.data(), d.hq, true);
+  rope_all(c, dk.data(), d.hkv, true);
+  WS n1 = load(c, sv.n1);
+  if (d.qk_norm) {
+    // The norms' inputs are the raw projections: recomputed from n1 (one GEMM) rather than kept.
+    WS raw;
+    QKV pre = project_qkv(c, u, w, n1.data(), &raw);
+    const int64_t P = d.qkv_cols();
+    WS qr = ws(c, size_t(T * qc)), kr = ws(c, size_t(T * kvc));
+    cols_out(raw.data(), P, 0, T, 0, qc, qr.data());
+    cols_out(raw.data(), P, 0, T, qc * (d.gate ? 2 : 1), kvc, kr.data());
+    rmsnorm_bwd(qr.data(), wd(w, u.off.q_norm), dq.data(), dq.data(), gd(g, u.off.q_norm), T * d.hq, d.hd, false);
+    rmsnorm_bwd(kr.data(), wd(w, u.off.k_norm), dk.data(), dk.data(), gd(g, u.off.k_norm), T * d.hkv, d.hd, false);
+  }
+  const int64_t P = d.qkv_cols();
+  WS dP = ws(c, size_t(T * P));
+  int64_t col = 0;
+  cols_in(dP.data(), P, 0, T, col, qc, dq.data(), false);
+  col += qc;
+  if (d.gate) {
+    cols_in(dP.data(), P, 0, T, col, qc, dgate.data(), false);
+    col += qc;
+  }
+  cols_in(dP.data(), P, 0, T, col, kvc, dk.data(), false);
+  col += kvc;
+  cols_in(dP.data(), P, 0, T, col, kvc, dv.data(), false);
+  matmul_bwd(c.tr, n1.data(), wd(w, u.off.w_qkv), dP.data(), dn1, gd(g, u.off.w_qkv), T, H, P);
+}
+
+// ---------------------------------------------------------------- gated DeltaNet, state passing over CP
+
+int owner(int seg, int cp) { return seg < cp ? seg : 2 * cp - 1 - seg; }
+
+struct GdnShape {
+  int64_t C, P, kd, vd, S, hist;  // conv channels, in_proj columns, q/k width, v width, state floats, history floats
+};
+GdnShape gdn_shape(const Dims& d) {
+  return {d.conv_channels(), d.in_proj_cols(), d.kdim(), d.vdim(), int64_t(d.lv) * d.dk * d.dv,
+          int64_t(d.conv - 1) * d.conv_channels()};
+}
+
+linear_attention::Options la_opts() {
+  linear_attention::Options o;
+  o.chunk = 64;
+  o.qk_l2norm = true;  // Qwen3.5 use_qk_l2norm_in_kernel
+  return o;
+}
+
+// Gated RMSNorm of each value head: y = o / rms(o) * w * silu(z) (HF Qwen3NextRMSNormGated).
+void gated_norm(const float* o, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads, int64_t dv) {
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    const float* x = o + r * dv;
+    double ss = 0;
+    for (int64_t i = 0; i < dv; ++i) ss += double(x[i]) * x[i];
+    const float rstd = float(1.0 / std::sqrt(ss / double(dv) + kNormEps));
+    for (int64_t i = 0; i < dv; ++i) {
+      const float zz = z[r * dv + i];
+      y[r * dv + i] = x[i] * rstd * bf16_to_float(w[i]) * (zz * sigmoidf(zz));
+    }
+  }
+}
+
+void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* dy, float* dO, float* dz, float* dw,
+                    int64_t rows, int64_t heads, int64_t dv) {
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    const float* x = o + r * dv;
+    double ss = 0;
+    for (int64_t i = 0; i < dv; ++i) ss += double(x[i]) * x[i];
+    const double rstd = 1.0 / std::sqrt(ss / double(dv) + kNormEps);
+    double dot = 0;
+    for (int64_t i = 0; i < dv; ++i) {
+      const float zz = z[r * dv + i], s = sigmoidf(zz);
+      const double dxhat = double(dy[r * dv + i]) * zz * s * bf16_to_float(w[i]);
+      dot += dxhat * x[i] * rstd;
+    }
+    dot /= double(dv);
+    for (int64_t i = 0; i < dv; ++i) {
+      const float zz = z[r * dv + i], s = sigmoidf(zz);
+      const double xhat = x[i] * rstd, wi = bf16_to_float(w[i]);
+      const double g = dy[r * dv + i];
+      dz[r * dv + i] = float(g * xhat * wi * s * (1.0 + zz * (1.0 - s)));
+      dw[i] += float(g * xhat * zz * s);
+      const double dxhat = g * zz * s * wi;
+      dO[r * dv + i] = float(rstd * (dxhat - xhat * dot));
+    }
+  }
+}
+
+// One sequence's segments in forward order (this rank's chunks), with the state and conv history handed along the
+// CP ranks in sequence order: 0 -> 1 -> ... -> cp-1 (first chunks), cp-1 -> ... -> 0 (second chunks). That order is a
+// pipeline every CP rank waits in (README "Context parallelism").
+void gdn_seq_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, int b, const float* proj, const float* gb,
+                 float* conv_out, float* la_o, float* cp_state_out, const float* cp_state_in) {
+  const Dims& d = c.d;
+  const GdnShape gs = gdn_shape(d);
+  const int64_t Sc = c.chunk_len, lv = d.lv;
+  WS convw = widen(c.tr, wd(w, u.off.conv), size_t(gs.C * d.conv));
+  WS carry = ws(c, size_t(gs.S + gs.hist));
+  bool have_carry = false;
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    const int seg = ch == 0 ? c.cp_rank : 2 * c.cp - 1 - c.cp_rank;
+    const int64_t r0 = int64_t(b) * c.seq_local + ch * Sc;
+    WS msg = ws(c, size_t(gs.S + gs.hist));  // state | history entering this segment
+    bool has_prev = false;
+    if (c.cp == 1) {
+      has_prev = false;
+    } else if (cp_state_in) {  // rebuild in backward: the saved state, no communication
+      has_prev = seg > 0;
+      std::copy(cp_state_in + (int64_t(b) * c.chunks + ch) * (gs.S + gs.hist),
+                cp_state_in + (int64_t(b) * c.chunks + ch + 1) * (gs.S + gs.hist), msg.data());
+    } else if (seg > 0) {
+      has_prev = true;
+      if (owner(seg - 1, c.cp) == c.cp_rank) {
+        std::copy(carry.data(), carry.data() + carry.size(), msg.data());
+      } else {
+        comm::recv(c.pg.cp, msg.data(), msg.size(), comm::DType::F32, owner(seg - 1, c.cp), 101);
+      }
+    }
+    if (cp_state_out && c.cp > 1)
+      std::copy(msg.data(), msg.data() + msg.size(), cp_state_out + (int64_t(b) * c.chunks + ch) * (gs.S + gs.hist));
+    const float* state_in = has_prev ? msg.data() : nullptr;
+    const float* hist_in = has_prev ? msg.data() + gs.S : nullptr;
+    // causal conv1d + SiLU over q, k, v
+    WS xs = ws(c, size_t(Sc * gs.C)), ys = ws(c, size_t(Sc * gs.C));
+    cols_out(proj, gs.P, r0, Sc, 0, gs.C, xs.data());
+    const linear_attention::Conv cv{Sc, gs.C, d.conv, true};
+    linear_attention::conv1d_forward_cpu(cv, xs.data(), hist_in, convw.data(), nullptr, ys.data());
+    round_bf16_inplace(ys.data(), ys.size());
+    cols_in(conv_out, gs.C, r0, Sc, 0, gs.C, ys.data(), false);
+    WS next = ws(c, size_t(gs.S + gs.hist));
+    linear_attention::conv1d_next_history(cv, xs.data(), hist_in, next.data() + gs.S);
+    // gated delta rule
+    WS q = ws(c, size_t(Sc * gs.kd)), k = ws(c, size_t(Sc * gs.kd)), v = ws(c, size_t(Sc * gs.vd));
+    WS g = ws(c, size_t(Sc * lv)), be = ws(c, size_t(Sc * lv));
+    cols_out(ys.data(), gs.C, 0, Sc, 0, gs.kd, q.data());
+    cols_out(ys.data(), gs.C, 0, Sc, gs.kd, gs.kd, k.data());
+    cols_out(ys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, v.data());
+    cols_out(gb, 2 * lv, r0, Sc, 0, lv, g.data());
+    cols_out(gb, 2 * lv, r0, Sc, lv, lv, be.data());
+    WS o = ws(c, size_t(Sc * gs.vd));
+    const linear_attention::Shape sh{Sc, d.lk, d.lv, d.dk, d.dv};
+    linear_attention::Stats st;
+    linear_attention::forward_cpu(sh, q.data(), k.data(), v.data(), g.data(), be.data(), state_in, o.data(),
+                                  next.data(), la_opts(), &st);
+    { Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes)); }
+    round_bf16_inplace(o.data(), o.size());
+    cols_in(la_o, gs.vd, r0, Sc, 0, gs.vd, o.data(), false);
+    if (c.cp > 1 && !cp_state_in && seg < 2 * c.cp - 1) {
+      if (owner(seg + 1, c.cp) == c.cp_rank) {
+        std::copy(next.data(), next.data() + next.size(), carry.data());
+        have_carry = true;
+      } else {
+        comm::send(c.pg.cp, next.data(), next.size(), comm::DType::F32, owner(seg + 1, c.cp), 101);
+      }
+    }
+  }
+  (void)have_carry;
+}
+
+void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Keep keep, LayerSaved& sv,
+             const Buf<float>* rebuild_state, float* y) {
+  const Dims& d = c.d;
+  const GdnShape gs = gdn_shape(d);
+  const int64_t T = c.tokens, H = d.H, lv = d.lv;
+  WS n1 = ws(c, size_t(T * H));
+  rmsnorm(x, wd(w, u.off.norm1), n1.data(), T, H);
+  round_bf16_inplace(n1.data(), n1.size());
+  WS proj = ws(c, size_t(T * gs.P));
+  matmul(c.tr, n1.data(), wd(w, u.off.w_in), proj.data(), T, H, gs.P);
+  round_bf16_inplace(proj.data(), proj.size());
+  // decay and beta in fp32 (g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); HF Qwen3-Next)
+  WS gb = ws(c, size_t(T * 2 * lv));
+  const int64_t bcol = 2 * gs.kd + 2 * gs.vd, acol = bcol + lv;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < lv; ++h) {
+      const float a = proj[size_t(t * gs.P + acol + h)], bb = proj[size_t(t * gs.P + bcol + h)];
+      const float alog = bf16_to_float(w.dense[u.off.a_log + h]), dt = bf16_to_float(w.dense[u.off.dt_bias + h]);
+      gb[size_t(t * 2 * lv + h)] = -std::exp(alog) * softplusf(a + dt);
+      gb[size_t(t * 2 * lv + lv + h)] = sigmoidf(bb);
+    }
+  WS conv = ws(c, size_t(T * gs.C)), la_o = ws(c, size_t(T * gs.vd));
+  Buf<float> cp_state;
+  if (c.cp > 1 && !rebuild_state)
+    cp_state = Buf<float>(c.tr, Category::Activations, size_t(c.mb * c.chunks * (gs.S + gs.hist)));
+  for (int b = 0; b < c.mb; ++b)
+    gdn_seq_fwd(c, u, w, b, proj.data(), gb.data(), conv.data(), la_o.data(), cp_state.empty() ? nullptr : cp_state.data(),
+                rebuild_state ? rebuild_state->data() : nullptr);
+  WS z = ws(c, size_t(T * gs.vd)), gn = ws(c, size_t(T * gs.vd));
+  cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
+  gated_norm(la_o.data(), z.data(), wd(w, u.off.gnorm), gn.data(), T, d.lv, d.dv);
+  round_bf16_inplace(gn.data(), gn.size());
+  matmul(c.tr, gn.data(), wd(w, u.off.w_out), y, T, gs.vd, H);
+  round_bf16_inplace(y, size_t(T * H));
+  if (!cp_state.empty()) sv.cp_state = std::move(cp_state);
+  if (keep == Keep::InputOnly) return;
+  if (keep == Keep::All) sv.n1 = save16(c, n1.data(), n1.size());
+  sv.proj = save16(c, proj.data(), proj.size());
+  sv.conv = save16(c, conv.data(), conv.size());
+  sv.gb = save32(c, gb.data(), gb.size());
+  sv.la_o = save16(c, la_o.data(), la_o.size());
+  sv.gn = save16(c, gn.data(), gn.size());
+}
+
+void gdn_seq_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, int b, const float* proj,
+                 const float* conv, const float* gb, const float* cp_state, const float* dla_o, float* dproj,
+                 const float* convw, float* dconvw) {
+  const Dims& d = c.d;
+  const GdnShape gs = gdn_shape(d);
+  const int64_t Sc = c.chunk_len, lv = d.lv;
+  WS carry = ws(c, size_t(gs.S + gs.hist));
+  bool have_carry = false;
+  for (int ch = c.chunks - 1; ch >= 0; --ch) {
+    const int seg = ch == 0 ? c.cp_rank : 2 * c.cp - 1 - c.cp_rank;
+    const int64_t r0 = int64_t(b) * c.seq_local + ch * Sc;
+    const bool has_prev = c.cp > 1 && seg > 0, has_next = c.cp > 1 && seg < 2 * c.cp - 1;
+    WS in = ws(c, size_t(gs.S + gs.hist));  // dS | d_history arriving from the next segment
+    if (has_next) {
+      if (owner(seg + 1, c.cp) == c.cp_rank) {
+        if (!have_carry) throw std::logic_error("gated DeltaNet CP backward: local carry missing");
+        std::copy(carry.data(), carry.data() + carry.size(), in.data());
+      } else {
+        comm::recv(c.pg.cp, in.data(), in.size(), comm::DType::F32, owner(seg + 1, c.cp), 102);
+      }
+    }
+    const float* saved = has_prev ? cp_state + (int64_t(b) * c.chunks + ch) * (gs.S + gs.hist) : nullptr;
+    const float* state_in = saved;
+    const float* hist_in = saved ? saved + gs.S : nullptr;
+    WS ys = ws(c, size_t(Sc * gs.C));
+    cols_out(conv, gs.C, r0, Sc, 0, gs.C, ys.data());
+    WS q = ws(c, size_t(Sc * gs.kd)), k = ws(c, size_t(Sc * gs.kd)), v = ws(c, size_t(Sc * gs.vd));
+    WS gg = ws(c, size_t(Sc * lv)), be = ws(c, size_t(Sc * lv)), dO = ws(c, size_t(Sc * gs.vd));
+    cols_out(ys.data(), gs.C, 0, Sc, 0, gs.kd, q.data());
+    cols_out(ys.data(), gs.C, 0, Sc, gs.kd, gs.kd, k.data());
+    cols_out(ys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, v.data());
+    cols_out(gb, 2 * lv, r0, Sc, 0, lv, gg.data());
+    cols_out(gb, 2 * lv, r0, Sc, lv, lv, be.data());
+    cols_out(dla_o, gs.vd, r0, Sc, 0, gs.vd, dO.data());
+    WS dq = ws(c, size_t(Sc * gs.kd)), dk = ws(c, size_t(Sc * gs.kd)), dv = ws(c, size_t(Sc * gs.vd));
+    WS dg = ws(c, size_t(Sc * lv)), dbe = ws(c, size_t(Sc * lv));
+    WS out = ws(c, size_t(gs.S + gs.hist));  // dS | d_history for the previous segment
+    const linear_attention::Shape sh{Sc, d.lk, d.lv, d.dk, d.dv};
+    linear_attention::Stats st;
+    linear_attention::backward_cpu(sh, q.data(), k.data(), v.data(), gg.data(), be.data(), state_in, dO.data(),
+                                   has_next ? in.data() : nullptr, dq.data(), dk.data(), dv.data(), dg.data(),
+                                   dbe.data(), has_prev ? out.data() : nullptr, la_opts(), &st);
+    { Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes)); }
+    // conv1d + SiLU backward
+    WS dys = ws(c, size_t(Sc * gs.C)), xs = ws(c, size_t(Sc * gs.C)), dxs = ws(c, size_t(Sc * gs.C));
+    cols_in(dys.data(), gs.C, 0, Sc, 0, gs.kd, dq.data(), false);
+    cols_in(dys.data(), gs.C, 0, Sc, gs.kd, gs.kd, dk.data(), false);
+    cols_in(dys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, dv.data(), false);
+    cols_out(proj, gs.P, r0, Sc, 0, gs.C, xs.data());
+    WS dcw = ws(c, size_t(gs.C * d.conv));
+    const linear_attention::Conv cv{Sc, gs.C, d.conv, true};
+    linear_attention::conv1d_backward_cpu(cv, xs.data(), hist_in, convw, nullptr, dys.data(), dxs.data(),
+                                          has_prev ? out.data() + gs.S : nullptr, dcw.data(), nullptr);
+    for (size_t i = 0; i < dcw.size(); ++i) dconvw[i] += dcw[i];
+    if (has_next)  // the next segment's history is this segment's last conv-1 input rows
+      for (int64_t i = 0; i < gs.hist; ++i) dxs[size_t((Sc - (d.conv - 1)) * gs.C + i)] += in[size_t(gs.S + i)];
+    cols_in(dproj, gs.P, r0, Sc, 0, gs.C, dxs.data(), false);
+    // decay and beta backward into the a and b columns
+    const int64_t bcol = 2 * gs.kd + 2 * gs.vd, acol = bcol + lv;
+    for (int64_t t = 0; t < Sc; ++t)
+      for (int64_t h = 0; h < lv; ++h) {
+        const int64_t row = r0 + t;
+        const float a = proj[row * gs.P + acol + h];
+        const float alog = bf16_to_float(w.dense[u.off.a_log + h]), dt = bf16_to_float(w.dense[u.off.dt_bias + h]);
+        const float gval = gb[row * 2 * lv + h], beta = gb[row * 2 * lv + lv + h];
+        const float dgv = dg[size_t(t * lv + h)];
+        const float da = dgv * -std::exp(alog) * sigmoidf(a + dt);
+        dproj[row * gs.P + acol + h] = da;
+        g.dense[u.off.dt_bias + h] += da;
+        g.dense[u.off.a_log + h] += dgv * gval;
+        dproj[row * gs.P + bcol + h] = dbe[size_t(t * lv + h)] * beta * (1.0f - beta);
+      }
+    if (has_prev) {
+      if (owner(seg - 1, c.cp) == c.cp_rank) {
+        std::copy(out.data(), out.data() + out.size(), carry.data());
+        have_carry = true;
+      } else {
+        comm::send(c.pg.cp, out.data(), out.size(), comm::DType::F32, owner(seg - 1, c.cp), 102);
+      }
+    }
+  }
+}
+
+void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* dy,
+             float* dn1) {
+  const Dims& d = c.d;
+  const GdnShape gs = gdn_shape(d);
+  const int64_t T = c.tokens, H = d.H;
+  WS gn = load(c, sv.gn);
+  WS dgn = ws(c, size_t(T * gs.vd));
+  matmul_bwd(c.tr, gn.data(), wd(w, u.off.w_out), dy, dgn.data(), gd(g, u.off.w_out), T, gs.vd, H);
+  gn.reset();
+  WS proj = load(c, sv.proj), la_o = load(c, sv.la_o);
+  WS z = ws(c, size_t(T * gs.vd)), dz = ws(c, size_t(T * gs.vd)), dla = ws(c, size_t(T * gs.vd));
+  cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
+  gated_norm_bwd(la_o.data(), z.data(), wd(w, u.off.gnorm), dgn.data(), dla.data(), dz.data(), gd(g, u.off.gnorm), T,
+                 d.lv, d.dv);
+  la_o.reset();
+  dgn.reset();
+  WS dproj = ws(c, size_t(T * gs.P));
+  cols_in(dproj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, dz.data(), false);
+  z.reset();
+  dz.reset();
+  WS conv = load(c, sv.conv);
+  WS convw = widen(c.tr, wd(w, u.off.conv), size_t(gs.C * d.conv));
+  for (int b = 0; b < c.mb; ++b)
+    gdn_seq_bwd(c, u, w, g, b, proj.data(), conv.data(), sv.gb.data(), sv.cp_state.empty() ? nullptr : sv.cp_state.data(),
+                dla.data(), dproj.data(), convw.data(), gd(g, u.off.conv));
+  conv.reset();
+  dla.reset();
+  proj.reset();
+  WS n1 = load(c, sv.n1);
+  matmul_bwd(c.tr, n1.data(), wd(w, u.off.w_in), dproj.data(), dn1, gd(g, u.off.w_in), T, H, gs.P);
+}
+
+// ---------------------------------------------------------------- MoE (kernels/moe CPU layer)
+
+struct MoeW {
+  moe::MoeWeights w;
+  Tracker::Charge charge;
+};
+
+double vec_bytes(const std::vector<float>& v) { return double(v.size()) * sizeof(float); }
+
+// The layer's weights as the kernel takes them (fp32), widened from the bf16 unit into workspace.
+MoeW moe_weights(Ctx& c, const UnitLayout& u, const UnitView& w) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const size_t H = cfg.hidden, E = cfg.experts, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  const int L = cfg.experts / c.pg.ep.size;
+  MoeW r;
+  r.w.first_expert = c.pg.ep.rank * L;
+  r.w.local_experts = L;
+  auto get = [](const bf16* p, size_t n) {
+    std::vector<float> v(n);
+    to_f32(p, v.data(), n);
+    return v;
+  };
+  r.w.router = get(w.dense + u.off.router, H * E);
+  r.w.expert_bias = cfg.router == moe::Router::SigmoidGroupLimited ? get(w.dense + u.off.expert_bias, E)
+                                                                    : std::vector<float>(E, 0.0f);
+  r.w.w1 = get(w.expert + u.off.w1, size_t(L) * H * 2 * F);
+  r.w.w2 = get(w.expert + u.off.w2, size_t(L) * F * H);
+  if (S) {
+    r.w.shared_w1 = get(w.dense + u.off.shared_w1, H * 2 * S);
+    r.w.shared_w2 = get(w.dense + u.off.shared_w2, S * H);
+  }
+  if (cfg.shared_gate) r.w.shared_gate = get(w.dense + u.off.shared_gate, H);
+  double bytes = 0;
+  for (const auto* v : {&r.w.router, &r.w.expert_bias, &r.w.w1, &r.w.w2, &r.w.shared_w1, &r.w.shared_w2,
+                        &r.w.shared_gate})
+    bytes += vec_bytes(*v);
+  r.charge = Tracker::Charge(c.tr, Category::Workspace, bytes);
+  return r;
+}
+
+// Bytes the kernel's saved state holds (its fp32 buffers are the executor's MoE buffers, README "Memory mapping").
+double moe_state_bytes(const moe::MoeSaved& s) {
+  double b = vec_bytes(s.scores) + vec_bytes(s.w) + vec_bytes(s.sh1) + vec_bytes(s.sact) + vec_bytes(s.sout) +
+             vec_bytes(s.sgate) + vec_bytes(s.dw) + vec_bytes(s.dx_routed) + vec_bytes(s.dx_shared);
+  b += double(s.idx.size()) * sizeof(int) + double(s.counts_send.size() + s.counts_recv.size()) * sizeof(int64_t);
+  for (const moe::ChunkBuffers& k : s.chunks) {
+    for (const auto* v : {&k.xp, &k.xr, &k.xe, &k.h1, &k.act, &k.ye_src, &k.yp, &k.dyp, &k.dyr, &k.dye, &k.dh1,
+                          &k.dx_src, &k.dxp})
+      b += vec_bytes(*v);
+    b += double(k.row_of_slot.size()) * sizeof(int) +
+         double(k.send_by_expert.size() + k.recv_by_block.size()) * sizeof(int64_t) +
+         double(k.send_counts.size() + k.send_displs.size() + k.recv_counts.size() + k.recv_displs.size()) *
+             sizeof(size_t);
+  }
+  return b;
+}
+
+moe::ExecOptions moe_exec() {
+  moe::ExecOptions o;
+  o.overlap = true;
+  o.poll_rows = 64;
+  return o;
+}
+
+// Router logits with the kernel's own fixed-order GEMM, so the routing rebuilt from them in backward is the forward's.
+void router_logits(Ctx& c, const moe::MoeWeights& mw, const float* x, float* logits) {
+  moe::cpu::gemm_rows(x, mw.router.data(), logits, c.tokens, c.d.H, c.d.moe.experts, nullptr,
+                      int(std::max<int64_t>(1, c.tokens)));
+}
+
+template <class F>
+Buf<bf16> concat16(Ctx& c, const moe::MoeSaved& s, F member) {
+  size_t n = 0;
+  for (const auto& k : s.chunks) n += member(k).size();
+  Buf<bf16> b(c.tr, Category::Activations, n);
+  size_t at = 0;
+  for (const auto& k : s.chunks) {
+    to_bf16(member(k).data(), b.data() + at, member(k).size());
+    at += member(k).size();
+  }
+  return b;
+}
+
+// bf16(SwiGLU(h1)) of bf16 fc1 outputs [rows x 2f], as saved activations.
+Buf<bf16> swiglu16(Ctx& c, const Buf<bf16>& h1, int64_t f) {
+  const int64_t rows = int64_t(h1.size()) / (2 * f);
+  WS x = load(c, h1), act = ws(c, size_t(rows * f));
+  swiglu_fwd(x.data(), act.data(), rows, f);
+  return save16(c, act.data(), act.size());
+}
+
+void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const int64_t T = c.tokens, E = cfg.experts, S = cfg.shared_ffn;
+  MoeW mw = moe_weights(c, u, w);
+  moe::MoeSaved ms;
+  moe::moe_forward(c.pg.ep, cfg, mw.w, c.sched, n2, int(T), y, ms, moe_exec());
+  round_bf16_inplace(y, size_t(T * c.d.H));
+  if (keep != Keep::InputOnly) {
+    int64_t recv = 0;  // counted once per layer pass that keeps its tensors (a full-recompute rebuild, not both runs)
+    for (const auto& k : ms.chunks) recv += int64_t(k.xe.size()) / c.d.H;
+    c.moe_rows_received += double(recv);
+    c.moe_rows_sent += double(T) * cfg.top_k;
+    sv.logits = Buf<float>(c.tr, Category::Activations, size_t(T * E));
+    router_logits(c, mw.w, n2, sv.logits.data());
+    sv.probs = save32(c, ms.scores.data(), ms.scores.size());
+    sv.xe = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.xe; });
+    sv.yp = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.yp; });
+    sv.h1 = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.h1; });
+    // The kernel keeps its activations in fp32; the saved ones are SwiGLU of the saved (bf16) fc1 outputs, rounded:
+    // exactly what selective recompute rebuilds, so every recompute mode backpropagates the same values.
+    if (keep == Keep::All) sv.eact = swiglu16(c, sv.h1, cfg.expert_ffn);
+    if (S) {
+      sv.sh1 = save16(c, ms.sh1.data(), ms.sh1.size());
+      if (keep == Keep::All) sv.sact = swiglu16(c, sv.sh1, S);
+    }
+    // Counts per (peer, chunk, local expert): what the backward's all-to-alls need without exchanging them again.
+    sv.moe_meta = Buf<int64_t>(c.tr, Category::Activations, ms.counts_recv.size());
+    std::copy(ms.counts_recv.begin(), ms.counts_recv.end(), sv.moe_meta.data());
+  }
+  // The kernel's buffers are alive together with everything saved so far: that moment is the forward's MoE peak.
+  Tracker::Charge buffers(c.tr, Category::MoeBuffers, moe_state_bytes(ms));
+}
+
+void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* n2,
+             const float* dy, float* dn2) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const int64_t T = c.tokens, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  const int P = c.pg.ep.size, N = c.sched.chunks, L = cfg.experts / P;
+  MoeW mw = moe_weights(c, u, w);
+  // Rebuild the kernel's saved state from the bf16 tensors and the routing (recomputed from the saved logits).
+  moe::MoeSaved ms;
+  ms.tokens = int(T);
+  ms.x = n2;
+  ms.scores.assign(sv.probs.data(), sv.probs.data() + sv.probs.size());
+  ms.idx.resize(size_t(T * K));
+  ms.w.resize(size_t(T * K));
+  {
+    const moe::RouterParams rp = moe::router_params(cfg);
+    std::vector<float> scratch(static_cast<size_t>(E), 0.0f);
+    const float* bias = cfg.router == moe::Router::SigmoidGroupLimited ? mw.w.expert_bias.data() : nullptr;
+    for (int64_t t = 0; t < T; ++t)
+      moe::route_token(rp, sv.logits.data() + t * E, bias, scratch.data(), &ms.idx[size_t(t * K)], &ms.w[size_t(t * K)]);
+  }
+  const std::vector<int> bounds = moe::chunk_bounds(int(T), N, c.sched.weights);
+  ms.counts_send.assign(size_t(P) * N * L, 0);
+  ms.counts_recv.assign(sv.moe_meta.data(), sv.moe_meta.data() + sv.moe_meta.size());
+  for (int ch = 0; ch < N; ++ch)
+    for (int t = bounds[ch]; t < bounds[ch + 1]; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int e = ms.idx[size_t(t * K + k)];
+        ++ms.counts_send[(size_t(e / L) * N + ch) * L + e % L];
+      }
+  ms.chunks.resize(N);
+  size_t xe_at = 0, yp_at = 0, h1_at = 0, act_at = 0;
+  for (int ch = 0; ch < N; ++ch) {
+    moe::ChunkBuffers& b = ms.chunks[ch];
+    b.t0 = bounds[ch];
+    b.t1 = bounds[ch + 1];
+    const int n = (b.t1 - b.t0) * int(K);
+    std::vector<int> offsets(E + 1);
+    b.row_of_slot.resize(n);
+    moe::expert_major_rows(&ms.idx[size_t(b.t0) * K], n, int(E), offsets.data(), b.row_of_slot.data());
+    b.send_by_expert.resize(E);
+    for (int e = 0; e < E; ++e) b.send_by_expert[e] = offsets[e + 1] - offsets[e];
+    b.send_counts.assign(P, 0);
+    b.send_displs.assign(P, 0);
+    for (int q = 0; q < P; ++q) {
+      b.send_displs[q] = size_t(offsets[q * L]) * H;
+      b.send_counts[q] = size_t(offsets[(q + 1) * L] - offsets[q * L]) * H;
+    }
+    b.recv_by_block.assign(size_t(P) * L, 0);
+    b.recv_counts.assign(P, 0);
+    b.recv_displs.assign(P, 0);
+    size_t rows = 0;
+    for (int q = 0; q < P; ++q) {
+      b.recv_displs[q] = rows * H;
+      for (int e = 0; e < L; ++e) {
+        const int64_t m = ms.counts_recv[(size_t(q) * N + ch) * L + e];
+        b.recv_by_block[size_t(q) * L + e] = m;
+        rows += m;
+        b.recv_counts[q] += m * H;
+      }
+    }
+    auto take = [](const Buf<bf16>& src, size_t& at, size_t n_el) {
+      std::vector<float> v(n_el);
+      to_f32(src.data() + at, v.data(), n_el);
+      at += n_el;
+      return v;
+    };
+    b.xe = take(sv.xe, xe_at, rows * H);
+    b.h1 = take(sv.h1, h1_at, rows * 2 * F);
+    b.act = take(sv.eact, act_at, rows * F);
+    b.yp = take(sv.yp, yp_at, size_t(n) * H);
+  }
+  if (S) {
+    ms.sh1.resize(sv.sh1.size());
+    to_f32(sv.sh1.data(), ms.sh1.data(), sv.sh1.size());
+    ms.sact.resize(sv.sact.size());
+    to_f32(sv.sact.data(), ms.sact.data(), sv.sact.size());
+    ms.sout.resize(size_t(T * H));  // the shared expert's output, recomputed with the kernel's GEMM (not saved)
+    moe::cpu::gemm_rows(ms.sact.data(), mw.w.shared_w2.data(), ms.sout.data(), T, int(S), int(H), nullptr,
+                        int(std::max<int64_t>(1, T)));
+    if (cfg.shared_gate) {
+      ms.sgate.resize(size_t(T));
+      for (int64_t t = 0; t < T; ++t) {
+        float zz = 0;
+        for (int64_t h = 0; h < H; ++h) zz += n2[t * H + h] * mw.w.shared_gate[size_t(h)];
+        ms.sgate[size_t(t)] = moe::sigmoid_(zz);
+      }
+    }
+  }
+  moe::MoeWeights mg;
+  moe::moe_backward(c.pg.ep, cfg, mw.w, c.sched, ms, dy, dn2, mg, moe_exec());
+  double gbytes = 0;
+  for (const auto* v : {&mg.router, &mg.expert_bias, &mg.w1, &mg.w2, &mg.shared_w1, &mg.shared_w2, &mg.shared_gate})
+    gbytes += vec_bytes(*v);
+  Tracker::Charge buffers(c.tr, Category::MoeBuffers, moe_state_bytes(ms));
+  Tracker::Charge grads(c.tr, Category::Workspace, gbytes);
+  auto acc = [](float* dst, const std::vector<float>& src) {
+    for (size_t i = 0; i < src.size(); ++i) dst[i] += src[i];
+  };
+  acc(g.dense + u.off.router, mg.router);  // the expert bias is steered by balancing, not by gradient (kernel: zero)
+  if (S) {
+    acc(g.dense + u.off.shared_w1, mg.shared_w1);
+    acc(g.dense + u.off.shared_w2, mg.shared_w2);
+  }
+  if (cfg.shared_gate) acc(g.dense + u.off.shared_gate, mg.shared_gate);
+  acc(g.expert + u.off.w1, mg.w1);
+  acc(g.expert + u.off.w2, mg.w2);
+}
+
+// ---------------------------------------------------------------- dense MLP
+
+void mlp_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
+  const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
+  WS h1 = ws(c, size_t(T * 2 * F)), act = ws(c, size_t(T * F));
+  matmul(c.tr, n2, wd(w, u.off.mlp_w1), h1.data(), T, H, 2 * F);
+  round_bf16_inplace(h1.data(), h1.size());
+  swiglu_fwd(h1.data(), act.data(), T, F);
+  round_bf16_inplace(act.data(), act.size());
+  matmul(c.tr, act.data(), wd(w, u.off.mlp_w2), y, T, F, H);
+  round_bf16_inplace(y, size_t(T * H));
+  if (keep == Keep::InputOnly) return;
+  sv.fc1 = save16(c, h1.data(), h1.size());
+  if (keep == Keep::All) sv.act = save16(c, act.data(), act.size());
+}
+
+void mlp_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* n2,
+             const float* dy, float* dn2) {
+  const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
+  WS act = load(c, sv.act), h1 = load(c, sv.fc1);
+  WS dact = ws(c, size_t(T * F)), dh1 = ws(c, size_t(T * 2 * F));
+  matmul_bwd(c.tr, act.data(), wd(w, u.off.mlp_w2), dy, dact.data(), gd(g, u.off.mlp_w2), T, F, H);
+  swiglu_back(h1.data(), dact.data(), dh1.data(), T, F);
+  matmul_bwd(c.tr, n2, wd(w, u.off.mlp_w1), dh1.data(), dn2, gd(g, u.off.mlp_w1), T, H, 2 * F);
+}
+
+// ---------------------------------------------------------------- selective-recompute rebuild
+
+// Rebuilds what selective recompute dropped (norm outputs, core attention's lse, the MLP activations), as
+// activations of the layer being backpropagated (estimator: the rebuilt working set).
+void rebuild_selective(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, LayerSaved& sv) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, H = d.H;
+  WS x = load(c, sv.x);
+  WS n1 = ws(c, size_t(T * H));
+  rmsnorm(x.data(), wd(w, u.off.norm1), n1.data(), T, H);
+  round_bf16_inplace(n1.data(), n1.size());
+  sv.n1 = save16(c, n1.data(), n1.size());
+  WS y = ws(c, size_t(T * H));
+  if (l.mixer == MixerKind::FullAttention) {
+    WS q = load(c, sv.q), k = load(c, sv.k), v = load(c, sv.v), o = ws(c, size_t(T * d.q_cols()));
+    sv.lse = Buf<float>(c.tr, Category::Activations, size_t(T * d.hq));
+    core_attention_fwd(c, l.sliding, q.data(), k.data(), v.data(), o.data(), sv.lse.data());
+    WS go = load(c, d.gate ? sv.go : sv.o);
+    matmul(c.tr, go.data(), wd(w, u.off.wo), y.data(), T, d.q_cols(), H);
+  } else {
+    WS gn = load(c, sv.gn);
+    matmul(c.tr, gn.data(), wd(w, u.off.w_out), y.data(), T, d.vdim(), H);
+  }
+  round_bf16_inplace(y.data(), y.size());
+  for (int64_t i = 0; i < T * H; ++i) y[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
+  sv.r = save16(c, y.data(), y.size());
+  if (l.ffn == FfnKind::Dense) {
+    WS h1 = load(c, sv.fc1), act = ws(c, size_t(T * d.F));
+    swiglu_fwd(h1.data(), act.data(), T, d.F);
+    sv.act = save16(c, act.data(), act.size());
+  } else {
+    sv.eact = swiglu16(c, sv.h1, d.moe.expert_ffn);
+    if (d.moe.shared_ffn) sv.sact = swiglu16(c, sv.sh1, d.moe.shared_ffn);
+  }
+}
+
+}  // namespace
+
+void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep, LayerSaved& sv,
+                   float* out) {
+  const int64_t T = c.tokens, H = c.d.H;
+  WS x = load(c, sv.x);
+  WS y = ws(c, size_t(T * H));
+  if (l.mixer == MixerKind::FullAttention) attention_fwd(c, u, w, l, x.data(), keep, sv, y.data());
+  else gdn_fwd(c, u, w, x.data(), keep, sv, nullptr, y.data());
+  WS r = ws(c, size_t(T * H));
+  for (int64_t i = 0; i < T * H; ++i) r[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
+  x.reset();
+  WS n2 = ws(c, size_t(T * H));
+  rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
+  round_bf16_inplace(n2.data(), n2.size());
+  if (keep == Keep::All) sv.r = save16(c, r.data(), r.size());
+  if (l.ffn == FfnKind::Dense) mlp_fwd(c, u, w, n2.data(), keep, sv, y.data());
+  else moe_fwd(c, u, w, n2.data(), keep, sv, y.data());
+  for (int64_t i = 0; i < T * H; ++i) out[i] = round_bf16(r[size_t(i)] + y[size_t(i)]);
+}
+
+void layer_backward(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l, Keep keep,
+                    LayerSaved& sv_in, const float* dout, float* dx) {
+  const int64_t T = c.tokens, H = c.d.H;
+  LayerSaved rebuilt;
+  LayerSaved* sv = &sv_in;
+  if (keep == Keep::InputOnly) {
+    // Full recompute: the layer runs forward again from its saved input, keeping everything, then backward.
+    WS x = load(c, sv_in.x);
+    WS y = ws(c, size_t(T * H));
+    if (l.mixer == MixerKind::FullAttention) attention_fwd(c, u, w, l, x.data(), Keep::All, rebuilt, y.data());
+    else gdn_fwd(c, u, w, x.data(), Keep::All, rebuilt, &sv_in.cp_state, y.data());
+    WS r = ws(c, size_t(T * H));
+    for (int64_t i = 0; i < T * H; ++i) r[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
+    WS n2 = ws(c, size_t(T * H));
+    rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
+    round_bf16_inplace(n2.data(), n2.size());
+    rebuilt.r = save16(c, r.data(), r.size());
+    if (l.ffn == FfnKind::Dense) mlp_fwd(c, u, w, n2.data(), Keep::All, rebuilt, y.data());
+    else moe_fwd(c, u, w, n2.data(), Keep::All, rebuilt, y.data());
+    rebuilt.cp_state = std::move(sv_in.cp_state);
+    rebuilt.x = std::move(sv_in.x);
+    sv = &rebuilt;
+  } else if (keep == Keep::Selective) {
+    rebuild_selective(c, u, w, l, sv_in);
+  }
+  LayerSaved& s = *sv;
+  // FFN: dR = dout + norm2_bwd(ffn_bwd(dout))
+  WS r = load(c, s.r);
+  WS n2 = ws(c, size_t(T * H));
+  rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
+  round_bf16_inplace(n2.data(), n2.size());
+  WS dn2 = ws(c, size_t(T * H));
+  if (l.ffn == FfnKind::Dense) mlp_bwd(c, u, w, g, s, n2.data(), dout, dn2.data());
+  else moe_bwd(c, u, w, g, s, n2.data(), dout, dn2.data());
+  WS dr = ws(c, size_t(T * H));
+  std::copy(dout, dout + T * H, dr.data());
+  rmsnorm_bwd(r.data(), wd(w, u.off.norm2), dn2.data(), dr.data(), gd(g, u.off.norm2), T, H, true);
+  r.reset();
+  n2.reset();
+  dn2.reset();
+  // mixer: dx = dR + norm1_bwd(mixer_bwd(dR))
+  WS dn1 = ws(c, size_t(T * H));
+  if (l.mixer == MixerKind::FullAttention) attention_bwd(c, u, w, g, l, s, dr.data(), dn1.data());
+  else gdn_bwd(c, u, w, g, s, dr.data(), dn1.data());
+  WS x = load(c, s.x);
+  std::copy(dr.data(), dr.data() + T * H, dx);
+  rmsnorm_bwd(x.data(), wd(w, u.off.norm1), dn1.data(), dx, gd(g, u.off.norm1), T, H, true);
+  sv_in = LayerSaved{};
+  rebuilt = LayerSaved{};
+}
+
+double loss_forward_backward(Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g, const float* x,
+                             const int64_t* targets, double grad_scale, float* dx) {
+  const int64_t T = c.tokens, H = c.d.H, V = c.d.V;
+  WS h = ws(c, size_t(T * H));
+  rmsnorm(x, fn_w, h.data(), T, H);
+  round_bf16_inplace(h.data(), h.size());
+  WS W = widen(c.tr, head_w, size_t(V * H));
+  linear_ce::Problem p;
+  p.tokens = T;
+  p.hidden = H;
+  p.vocab = V;
+  linear_ce::Options o;
+  o.reduction = linear_ce::Reduction::Sum;
+  o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, V);
+  o.token_tile = std::max<int64_t>(1, T);  // one tile of every local token: the estimator's tokens x tile term
+  Buf<float> lse(c.tr, Category::Logits, size_t(T));
+  float loss = 0;
+  linear_ce::Stats st;
+  if (c.linear_ce) linear_ce::forward_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, &loss, lse.data(), o, &st);
+  else linear_ce::forward_naive_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, &loss, lse.data(), o, &st);
+  { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+  // Linear CE's fp32 d_hidden accumulator is a logits term of the estimator; the materialized path's is an ordinary
+  // activation gradient (workspace).
+  Buf<float> dh(c.tr, c.linear_ce ? Category::Logits : Category::Workspace, size_t(T * H));
+  WS dW = ws(c, size_t(V * H));
+  const float gl = float(grad_scale);
+  if (c.linear_ce)
+    linear_ce::backward_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, lse.data(), &gl, dh.data(), dW.data(),
+                            o, &st);
+  else
+    linear_ce::backward_naive_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, lse.data(), &gl, dh.data(),
+                                  dW.data(), o, &st);
+  { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+  for (int64_t i = 0; i < V * H; ++i) head_g[i] += dW[size_t(i)];
+  rmsnorm_bwd(x, fn_w, dh.data(), dx, fn_g, T, H, false);
+  return loss;
+}
+
+}  // namespace lcplan::exec

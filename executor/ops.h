@@ -1,0 +1,38 @@
+// Small fp32 ops of the executor's layers: GEMMs against bf16 weights, RMSNorm, SwiGLU, bf16 rounding. Values that a
+// bf16 training run would store (every op's output) are rounded to bf16 where they are produced, so a tensor rebuilt
+// by recomputation equals the saved one bit for bit and every recompute mode computes the same step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "executor/tracking_allocator.h"
+#include "kernels/common/bf16.h"
+
+namespace lcplan::exec {
+
+constexpr float kNormEps = 1e-6f;  // Qwen3-Next / Qwen3.5 rms_norm_eps
+
+void round_bf16_inplace(float* x, size_t n);
+void to_bf16(const float* x, bf16* y, size_t n);
+void to_f32(const bf16* x, float* y, size_t n);
+// An fp32 copy of n bf16 values in workspace (weights are widened per use, as a GPU GEMM reads bf16 tiles).
+Buf<float> widen(Tracker& t, const bf16* x, size_t n);
+
+// y[rows x n] = x[rows x k] * W[k x n]; W is bf16 and widened into workspace for the call.
+void matmul(Tracker& t, const float* x, const bf16* W, float* y, int64_t rows, int64_t k, int64_t n);
+// dx[rows x k] (= or +=) dy[rows x n] * W^T;  dW[k x n] += x^T * dy.
+void matmul_bwd(Tracker& t, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t rows,
+                int64_t k, int64_t n, bool accumulate_dx = false);
+
+// RMSNorm over rows of width h: y = x / rms(x) * w.
+void rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h);
+// dx (+=) and dw (+=) from x, w and dy.
+void rmsnorm_bwd(const float* x, const bf16* w, const float* dy, float* dx, float* dw, int64_t rows, int64_t h,
+                 bool accumulate_dx);
+
+// act[rows x f] = silu(h1[:, :f]) * h1[:, f:]  (h1 rows are [gate | up], kernels/moe/moe_math.h)
+void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f);
+void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f);
+
+}  // namespace lcplan::exec

@@ -1,0 +1,188 @@
+#include "executor/scale.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/user_error.h"
+
+namespace lcplan::exec {
+
+namespace {
+
+// Widths are divided by k, rounded down to a multiple of 8 and kept at least 8 (small enough to run, wide enough that
+// every kernel's tile and RoPE's even rotary dims still apply).
+int width(int v, int k) {
+  if (v <= 0 || k <= 1) return v;
+  const int w = v / k / 8 * 8;
+  return std::max(8, std::min(v, w));
+}
+
+// Head-count factor: the largest f dividing K and every head count in `counts` such that counts[0] / f stays a multiple
+// of `keep_multiple` (cp for gated DeltaNet key heads: head-parallel CP, estimator/plan_rules.h CpLinearHeads).
+int head_factor(int k, const std::vector<int>& counts, int keep_multiple) {
+  int g = k;
+  for (int c : counts) g = std::gcd(g, std::max(c, 1));
+  for (int f = g; f >= 1; --f)
+    if (g % f == 0 && (counts[0] / f) % keep_multiple == 0) return f;
+  return 1;
+}
+
+void note(std::vector<std::string>* notes, const std::string& what, long before, long after) {
+  if (notes && before != after) notes->push_back(what + " " + std::to_string(before) + " -> " + std::to_string(after));
+}
+
+}  // namespace
+
+std::string layer_kind_name(const LayerSpec& l) {
+  std::string s = l.mixer == MixerKind::FullAttention ? "full_attention"
+                  : l.mixer == MixerKind::LinearAttention ? "linear_attention"
+                                                          : "mla";
+  if (l.sliding) s += "(sliding)";
+  s += l.ffn == FfnKind::MoE ? "+moe" : "+dense";
+  return s;
+}
+
+void check_scale_options(const ScaleOptions& s) {
+  if (s.factor < 1 || s.factor > 4096)
+    throw UserError("--scale " + std::to_string(s.factor) + " is out of range (valid: 1 to 4096; 1 = full size)");
+  if (s.layers_per_kind < 0 || s.layers_per_kind > 100000)
+    throw UserError("--layers " + std::to_string(s.layers_per_kind) +
+                    " is out of range (valid: 0 = every layer, or N layers of each kind)");
+}
+
+ModelSpec scale_model(const ModelSpec& m, const ScaleOptions& s, const Parallel& q, std::vector<std::string>* notes,
+                      std::vector<int>* kept) {
+  check_scale_options(s);
+  const int k = s.factor;
+  ModelSpec o = m;
+  if (k > 1 || s.layers_per_kind > 0)
+    o.name = m.name + " (scale " + std::to_string(k) +
+             (s.layers_per_kind > 0 ? ", " + std::to_string(s.layers_per_kind) + " layers per kind" : "") + ")";
+  if (k > 1) {
+    o.hidden = width(m.hidden, k);
+    note(notes, "hidden", m.hidden, o.hidden);
+    o.vocab = std::max(64, m.vocab / k / 8 * 8);
+    note(notes, "vocab", m.vocab, o.vocab);
+    o.dense_ffn = width(m.dense_ffn, k);
+    note(notes, "dense_ffn", m.dense_ffn, o.dense_ffn);
+    if (m.attn.heads > 0) {
+      const int f = head_factor(k, {m.attn.heads, m.attn.kv_heads}, 1);
+      o.attn.heads = m.attn.heads / f;
+      o.attn.kv_heads = std::max(1, m.attn.kv_heads / f);
+      o.attn.head_dim = width(m.attn.head_dim, k / f);
+      o.attn.sliding_window = m.attn.sliding_window > 0 ? std::max(1, m.attn.sliding_window / k) : 0;
+      note(notes, "attention heads", m.attn.heads, o.attn.heads);
+      note(notes, "kv heads", m.attn.kv_heads, o.attn.kv_heads);
+      note(notes, "head_dim", m.attn.head_dim, o.attn.head_dim);
+      note(notes, "sliding_window", m.attn.sliding_window, o.attn.sliding_window);
+    }
+    if (m.linear.key_heads > 0) {
+      const int f = head_factor(k, {m.linear.key_heads, m.linear.value_heads}, std::max(1, q.cp * q.tp));
+      o.linear.key_heads = m.linear.key_heads / f;
+      o.linear.value_heads = m.linear.value_heads / f;
+      o.linear.key_head_dim = width(m.linear.key_head_dim, k / f);
+      o.linear.value_head_dim = width(m.linear.value_head_dim, k / f);
+      note(notes, "linear key heads", m.linear.key_heads, o.linear.key_heads);
+      note(notes, "linear value heads", m.linear.value_heads, o.linear.value_heads);
+      note(notes, "linear key_head_dim", m.linear.key_head_dim, o.linear.key_head_dim);
+      note(notes, "linear value_head_dim", m.linear.value_head_dim, o.linear.value_head_dim);
+    }
+    if (m.moe.num_experts > 0) {
+      MoeSpec& e = o.moe;
+      const int ep = std::max(1, q.ep * q.etp);
+      // At least 2*top_k experts so routing still chooses, a multiple of EP, never more than the model has.
+      int n = std::max((m.moe.num_experts + k - 1) / k, 2 * m.moe.top_k);
+      n = (n + ep - 1) / ep * ep;
+      if (n > m.moe.num_experts) n = m.moe.num_experts;
+      e.num_experts = n;
+      e.top_k = std::min(m.moe.top_k, n);
+      e.expert_ffn = width(m.moe.expert_ffn, k);
+      e.shared_ffn = m.moe.shared_ffn > 0 ? width(m.moe.shared_ffn, k) : 0;
+      if (n % std::max(1, e.n_group) != 0 || e.topk_group * (n / std::max(1, e.n_group)) < e.top_k) {
+        e.n_group = 1;
+        e.topk_group = 1;
+      }
+      note(notes, "experts", m.moe.num_experts, e.num_experts);
+      note(notes, "top_k", m.moe.top_k, e.top_k);
+      note(notes, "expert_ffn", m.moe.expert_ffn, e.expert_ffn);
+      note(notes, "shared_ffn", m.moe.shared_ffn, e.shared_ffn);
+      note(notes, "router groups", m.moe.n_group, e.n_group);
+    }
+  }
+  // --layers N: the first N layers of each kind, in model order.
+  std::vector<int> keep;
+  if (s.layers_per_kind > 0) {
+    std::vector<std::pair<std::string, int>> seen;
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      const std::string kind = layer_kind_name(m.layers[i]);
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& p) { return p.first == kind; });
+      if (it == seen.end()) it = seen.insert(seen.end(), {kind, 0});
+      if (it->second++ < s.layers_per_kind) keep.push_back(int(i));
+    }
+    o.layers.clear();
+    for (int i : keep) o.layers.push_back(m.layers[i]);
+    note(notes, "decoder layers", long(m.layers.size()), long(o.layers.size()));
+  } else {
+    for (size_t i = 0; i < m.layers.size(); ++i) keep.push_back(int(i));
+  }
+  if (kept) *kept = keep;
+  if (m.mtp_layers > 0) note(notes, "MTP modules (not built by lcplan-exec)", m.mtp_layers, 0);
+  o.mtp_layers = 0;
+  o.published_total_params = 0;
+  o.published_active_params = 0;
+  return o;
+}
+
+Plan scale_plan(const Plan& p, const ModelSpec& scaled, const ScaleOptions& s, std::vector<std::string>* notes) {
+  Plan o = p;
+  const int64_t unit = p.parallel.cp > 1 ? 2LL * p.parallel.cp * p.parallel.tp : p.parallel.tp;
+  if (s.factor > 1) {
+    o.seq_len = std::max<int64_t>(unit, p.seq_len / s.factor / unit * unit);
+    note(notes, "seq_len", long(p.seq_len), long(o.seq_len));
+  }
+  const int layers = int(scaled.layers.size());
+  if (o.recompute_layers > layers) {
+    note(notes, "recompute_layers", o.recompute_layers, layers);
+    o.recompute_layers = layers;
+  }
+  return o;
+}
+
+ScaledCase executor_case(const ModelSpec& m, const Plan& p, const ScaleOptions& s) {
+  ScaledCase c;
+  c.scale = s;
+  c.mtp_dropped = m.mtp_layers;
+  c.model = scale_model(m, s, p.parallel, &c.notes, &c.kept_layers);
+  c.plan = scale_plan(p, c.model, s, &c.notes);
+  return c;
+}
+
+std::string executor_support_error(const ModelSpec& m, const Plan& p) {
+  const Parallel& q = p.parallel;
+  if (q.pp > 1 || q.vpp > 1 || q.tp > 1 || q.etp > 1)
+    return "lcplan-exec runs single-stage plans without tensor parallelism (pp = 1, vpp = 1, tp = 1, etp = 1) but the "
+           "plan has pp = " + std::to_string(q.pp) + ", vpp = " + std::to_string(q.vpp) + ", tp = " +
+           std::to_string(q.tp) + ", etp = " + std::to_string(q.etp) + "; pipeline and tensor parallel plans come later";
+  for (const LayerSpec& l : m.layers)
+    if (l.mixer == MixerKind::MLA)
+      return "model " + m.name + " has MLA (multi-head latent attention) layers, which lcplan-exec lacks (it runs full "
+             "attention, gated DeltaNet, dense SwiGLU and MoE layers)";
+  if (m.attn.sinks || m.attn.qkv_bias || m.attn.o_bias)
+    return "model " + m.name + " has attention biases or softmax sinks, which lcplan-exec lacks (it runs bias-free "
+           "full attention and gated DeltaNet)";
+  if (!m.gated_mlp)
+    return "model " + m.name + " has a two-matrix (non-gated) MLP, which lcplan-exec lacks (it runs SwiGLU MLPs)";
+  if (m.moe.expert_bias)
+    return "model " + m.name + " has biased expert layers, which lcplan-exec lacks (its MoE layer has bias-free experts)";
+  if (p.precision != Precision::BF16)
+    return std::string("lcplan-exec runs bf16 only but the plan's precision is ") + to_string(p.precision);
+  if (p.offload.optimizer || p.offload.activations)
+    return "lcplan-exec does not offload to the host; set offload.optimizer and offload.activations to false";
+  if (p.moe.capacity_factor > 0)
+    return "lcplan-exec runs dropless MoE only but the plan has capacity_factor = " +
+           std::to_string(p.moe.capacity_factor) + " (use 0)";
+  if (m.layers.empty()) return "model " + m.name + " has no decoder layers";
+  return "";
+}
+
+}  // namespace lcplan::exec

@@ -1,0 +1,86 @@
+#include "executor/tracking_allocator.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace lcplan::exec {
+
+const char* category_key(Category c) {
+  switch (c) {
+    case Category::Params: return "params";
+    case Category::Grads: return "grads";
+    case Category::Optimizer: return "optimizer";
+    case Category::FsdpBuffers: return "fsdp_buffers";
+    case Category::Activations: return "activations";
+    case Category::Logits: return "logits";
+    case Category::MoeBuffers: return "moe_buffers";
+    case Category::Workspace: return "workspace";
+    case Category::Count: break;
+  }
+  return "?";
+}
+
+double Snapshot::total() const {
+  double t = 0;
+  for (double b : bytes) t += b;
+  return t;
+}
+
+MemoryBreakdown Snapshot::to_breakdown() const {
+  MemoryBreakdown b;
+  b.params = bytes[int(Category::Params)];
+  b.grads = bytes[int(Category::Grads)];
+  b.optimizer = bytes[int(Category::Optimizer)];
+  b.fsdp_buffers = bytes[int(Category::FsdpBuffers)];
+  b.activations = bytes[int(Category::Activations)];
+  b.logits = bytes[int(Category::Logits)];
+  b.moe_buffers = bytes[int(Category::MoeBuffers)];
+  b.workspace = bytes[int(Category::Workspace)];
+  return b;
+}
+
+void Tracker::set_phase(Phase p) {
+  phase_ = static_cast<int>(p);
+  peaks_[phase_].seen = true;
+  record();
+}
+
+void Tracker::add(Category c, double bytes) {
+  ++ops_;
+  double& v = live_[static_cast<int>(c)];
+  v += bytes;
+  if (c == Category::Workspace) ws_high_ = std::max(ws_high_, v);
+  record();
+}
+
+void Tracker::sub(Category c, double bytes) {
+  ++ops_;
+  double& v = live_[static_cast<int>(c)];
+  if (v - bytes < -0.5) throw std::logic_error(std::string("tracker: more bytes released than charged to ") + category_key(c));
+  v -= bytes;
+}
+
+Snapshot Tracker::now() const {
+  Snapshot s;
+  s.bytes = live_;
+  s.bytes[int(Category::Workspace)] = std::max(reserve_, ws_high_);  // a reservation, like a GPU workspace
+  return s;
+}
+
+// Only additions can raise a total, so the peak is checked on add (and when a phase starts).
+void Tracker::record() {
+  if (phase_ < 0) return;
+  PhasePeak& pk = peaks_[phase_];
+  const Snapshot s = now();
+  if (s.total() > pk.at_peak.total()) pk.at_peak = s;
+  for (int c = 0; c < kCategories; ++c) pk.category_max.bytes[c] = std::max(pk.category_max.bytes[c], s.bytes[c]);
+}
+
+std::pair<Phase, Snapshot> Tracker::overall_peak() const {
+  int best = 0;
+  for (int p = 1; p < kPhases; ++p)
+    if (peaks_[p].at_peak.total() > peaks_[best].at_peak.total()) best = p;
+  return {static_cast<Phase>(best), peaks_[best].at_peak};
+}
+
+}  // namespace lcplan::exec

@@ -1,0 +1,121 @@
+// Measured memory of lcplan-exec against the estimate of the same scaled plan with the executor's calibration
+// profile (data/calibration/default.json, per_implementation lcplan-exec): the peak and every category of its breakdown within 5%, for a table
+// of plans covering each option. A mismatch prints both breakdowns.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdio>
+
+#include "executor/compare.h"
+#include "kernels/comm/helpers.h"
+#include "tests/executor/exec_util.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+struct MemCase {
+  const char* name;
+  const char* model;
+  PlanArgs args;
+  int scale = 64;
+  int layers = 1;
+};
+
+std::string row(const char* what, const MemoryBreakdown& b) {
+  char s[512];
+  std::snprintf(s, sizeof s,
+                "%-9s params %9.0f grads %9.0f opt %9.0f fsdp %9.0f act %9.0f logits %9.0f moe %9.0f ws %11.0f total %11.0f",
+                what, b.params, b.grads, b.optimizer, b.fsdp_buffers, b.activations, b.logits, b.moe_buffers,
+                b.workspace, b.total());
+  return s;
+}
+
+class MemoryTable : public ::testing::TestWithParam<MemCase> {};
+
+// Busiest rank's routed token copies over the mean: the routing this run really had (random at these token counts).
+double measured_load(const ExecResult& r) {
+  double sum = 0, mx = 0;
+  for (const RankReport& rr : r.ranks) {
+    sum += rr.moe_rows_received;
+    mx = std::max(mx, rr.moe_rows_received);
+  }
+  return sum > 0 ? std::max(1.0, mx / (sum / double(r.ranks.size()))) : 1.0;
+}
+
+TEST_P(MemoryTable, WithinFivePercent) {
+  helpers::World w;
+  const MemCase& mc = GetParam();
+  const ModelSpec full = zoo(mc.model);
+  const ScaledCase sc = executor_case(full, make_plan(mc.model, mc.args), {mc.scale, mc.layers});
+  const ExecResult r = run_case(w.c, sc);
+  const auto [rank, phase] = job_peak(r);
+  const MemoryBreakdown at_peak = r.ranks[rank].phases[int(phase)].at_peak.to_breakdown();
+  // Categories are compared at their own maxima within the peak phase (the estimator's phase terms are maxima: the
+  // largest rebuilt layer, the MoE buffers at the busiest rank's load), the total at the peak instant.
+  const MemoryBreakdown meas = r.ranks[rank].phases[int(phase)].category_max.to_breakdown();
+  // The estimate of the plan at the routing load the run had (tiny token counts route unevenly; the estimator's
+  // routing_imbalance is that load).
+  Plan plan = sc.plan;
+  plan.moe.routing_imbalance = measured_load(r);
+  const Calibration cal = exec_calibration();
+  const Hardware hw = h100();
+  const DerivedPlan d = derive_plan(sc.model, plan, hw);
+  const MemoryEstimate est = estimate_memory(d, cal);
+  const std::array<MemoryBreakdown, 4> phases = estimate_phases(d, cal, 0);
+  const MemoryBreakdown& e = phases[int(phase)];
+  const std::vector<CategoryRow> rows_ = {
+      {"params", e.params, meas.params},          {"grads", e.grads, meas.grads},
+      {"optimizer", e.optimizer, meas.optimizer}, {"fsdp_buffers", e.fsdp_buffers, meas.fsdp_buffers},
+      {"activations", e.activations, meas.activations}, {"logits", e.logits, meas.logits},
+      {"moe_buffers", e.moe_buffers, meas.moe_buffers}, {"workspace", e.workspace, meas.workspace}};
+  const double worst = worst_relative_error(rows_, 4096);
+  const double peak_err = std::abs(at_peak.total() / est.peak_bytes - 1);
+  char load[64];
+  std::snprintf(load, sizeof load, " (routing load %.3f)", plan.moe.routing_imbalance);
+  const std::string table = row("estimate", e) + " phase " + to_string(phase) + ", peak phase " +
+                            to_string(est.peak_phase) + load + "\n" + row("measured", meas) + " (category maxima)\n" + row("at peak", at_peak) + " phase " +
+                            to_string(phase) + " rank " + std::to_string(rank) + ", workspace high-water " +
+                            std::to_string(long(r.ranks[rank].workspace_high_water));
+  if (w.c.rank == 0) std::printf("%s\n%s\n", mc.name, table.c_str());
+  // Every category of the measured peak within 5% of the estimate of that phase, and the measured peak within 5% of
+  // the estimated peak (the phases agree up to ties).
+  EXPECT_LT(worst, 0.05) << mc.name << "\n" << table;
+  EXPECT_LT(peak_err, 0.05) << mc.name << "\n" << table;
+  // The reservation held every temporary: the workspace category is honest.
+  EXPECT_LE(r.ranks[rank].workspace_high_water, cal.workspace_bytes) << mc.name;
+}
+
+PlanArgs pa(int gpus, int cp, int ep, OptimizerSharding s, Recompute rc, bool lce, int chunks = 1, int64_t seq = 32768) {
+  PlanArgs a;
+  a.gpus = gpus;
+  a.cp = cp;
+  a.ep = ep;
+  a.sharding = s;
+  a.recompute = rc;
+  a.linear_ce = lce;
+  a.ep_chunks = chunks;
+  a.seq = seq;  // 512 tokens per sequence at scale 64 by default: routing within a few percent of balanced per layer
+  return a;
+}
+
+using OS = OptimizerSharding;
+using RC = Recompute;
+const MemCase kCases[] = {
+    {"qwen_single_none", "qwen3.5-35b-a3b", pa(1, 1, 1, OS::None, RC::None, true)},
+    {"qwen_single_materialized", "qwen3.5-35b-a3b", pa(1, 1, 1, OS::None, RC::None, false)},
+    {"qwen_dp4_distopt", "qwen3.5-35b-a3b", pa(4, 1, 1, OS::DistOpt, RC::None, true)},
+    {"qwen_dp4_fsdp", "qwen3.5-35b-a3b", pa(4, 1, 1, OS::Fsdp, RC::None, true)},
+    {"qwen_cp2_selective", "qwen3.5-35b-a3b", pa(2, 2, 1, OS::None, RC::Selective, true)},
+    {"qwen_ep2_full", "qwen3.5-35b-a3b", pa(2, 1, 2, OS::DistOpt, RC::Full, true, 1, 131072)},
+    {"qwen_ep4_chunk2", "qwen3.5-35b-a3b", pa(4, 1, 4, OS::DistOpt, RC::None, true, 2)},
+    {"qwen_reference", "qwen3.5-35b-a3b", pa(4, 2, 4, OS::Fsdp, RC::Full, true, 2, 131072)},
+    {"llama_single_none", "llama-3.1-8b", pa(1, 1, 1, OS::None, RC::None, true)},
+    {"llama_cp2_fsdp_selective", "llama-3.1-8b", pa(4, 2, 1, OS::Fsdp, RC::Selective, false)},
+};
+
+INSTANTIATE_TEST_SUITE_P(Plans, MemoryTable, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace lcplan::exec::tests

@@ -1,0 +1,279 @@
+// lcplan-exec pieces that need no MPI: the scale rules, the parameter layout against the estimator's counts, the
+// comparison's per-phase composition against the estimator, the measurement record with the executor's detail,
+// the tracking allocator, and the refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "calibrate/measurement.h"
+#include "common/user_error.h"
+#include "estimator/derived_plan.h"
+#include "estimator/plan_rules.h"
+#include "executor/compare.h"
+#include "executor/scale.h"
+#include "executor/tracking_allocator.h"
+#include "models/params.h"
+#include "tests/executor/exec_util.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+Plan plan_of(const std::string& model, int gpus, int cp, int ep, int64_t seq = 131072) {
+  PlanArgs a;
+  a.gpus = gpus;
+  a.cp = cp;
+  a.ep = ep;
+  a.seq = seq;
+  return make_plan(model, a);
+}
+
+TEST(Scale, QwenKeepsDivisibilityAndTheLayerMix) {
+  const ModelSpec m = zoo("qwen3.5-35b-a3b");
+  const ScaledCase sc = executor_case(m, plan_of("qwen3.5-35b-a3b", 32, 4, 8), {16, 0});
+  const ModelSpec& s = sc.model;
+  EXPECT_EQ(s.hidden, 128);
+  EXPECT_EQ(s.vocab, 248320 / 16);
+  EXPECT_EQ(s.attn.heads * s.attn.head_dim, 16 * 256 / 16);        // q width divided by K
+  EXPECT_EQ(s.attn.kv_heads * s.attn.head_dim, 2 * 256 / 16);      // kv width divided by K
+  EXPECT_EQ(s.linear.key_heads % 4, 0);                             // head-parallel CP of linear attention
+  EXPECT_EQ(s.linear.key_heads * s.linear.key_head_dim, 16 * 128 / 16);
+  EXPECT_EQ(s.linear.value_heads * s.linear.value_head_dim, 32 * 128 / 16);
+  EXPECT_EQ(s.moe.num_experts, 16);                                 // 256 / 16, a multiple of ep = 8
+  EXPECT_EQ(s.moe.top_k, 8);
+  EXPECT_EQ(s.moe.expert_ffn, 32);
+  EXPECT_EQ(s.layers.size(), m.layers.size());                      // every layer: the mix is kept
+  EXPECT_EQ(s.mtp_layers, 0);
+  EXPECT_EQ(sc.mtp_dropped, 1);
+  EXPECT_EQ(sc.plan.seq_len, 131072 / 16);
+  EXPECT_EQ(sc.plan.seq_len % (2 * 4), 0);
+  EXPECT_NO_THROW(require_valid_plan(s, sc.plan));
+}
+
+TEST(Scale, LayersPerKindKeepsModelOrder) {
+  const ModelSpec m = zoo("qwen3.5-35b-a3b");
+  Plan p = plan_of("qwen3.5-35b-a3b", 4, 2, 4);
+  p.recompute = Recompute::Full;
+  p.recompute_layers = 3;
+  const ScaledCase sc = executor_case(m, p, {64, 2});
+  ASSERT_EQ(sc.kept_layers, (std::vector<int>{0, 1, 3, 7}));  // linear 0, 1 and full attention 3, 7
+  EXPECT_EQ(sc.model.layers[0].mixer, MixerKind::LinearAttention);
+  EXPECT_EQ(sc.model.layers[2].mixer, MixerKind::FullAttention);
+  EXPECT_EQ(sc.plan.recompute_layers, 3);
+  const ScaledCase one = executor_case(m, p, {64, 1});
+  EXPECT_EQ(one.plan.recompute_layers, 2);  // clamped to the two kept layers
+  EXPECT_NO_THROW(require_valid_plan(one.model, one.plan));
+}
+
+TEST(Scale, FactorOneOnlyDropsMtp) {
+  const ModelSpec m = zoo("qwen3.5-35b-a3b");
+  const ScaledCase sc = executor_case(m, plan_of("qwen3.5-35b-a3b", 32, 4, 8), {1, 0});
+  EXPECT_EQ(sc.model.hidden, m.hidden);
+  EXPECT_EQ(sc.model.moe.num_experts, m.moe.num_experts);
+  EXPECT_EQ(sc.plan.seq_len, 131072);
+  EXPECT_EQ(count_params(sc.model).total, count_params(m).total);
+  EXPECT_EQ(sc.model.mtp_layers, 0);
+}
+
+TEST(Scale, BadOptionsAreOneSentence) {
+  EXPECT_THROW(check_scale_options({0, 0}), UserError);
+  EXPECT_THROW(check_scale_options({2, -1}), UserError);
+}
+
+// Units hold exactly the parameters the estimator counts: the model total, and each layer's dense / routed split
+// (routed experts divided over ep) as models/params.cpp has them.
+TEST(ExecModel, UnitsMatchTheEstimatorsCounts) {
+  for (const char* name : {"qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b"}) {
+    const ModelSpec full = zoo(name);
+    ASSERT_EQ(executor_support_error(full, plan_of(name, 4, 1, 1)), "") << name;
+    const int ep = full.moe.num_experts > 0 ? 4 : 1;
+    const ScaledCase sc = executor_case(full, plan_of(name, 4, 1, ep), {32, 1});
+    const ModelSpec& m = sc.model;
+    const Dims d = make_dims(m);
+    const std::vector<UnitLayout> units = model_units(m, d, 0, ep);
+    double total = 0;
+    for (const UnitLayout& u : units) {
+      total += double(u.n_dense) + double(u.n_expert) * ep;
+      size_t dense = 0, expert = 0;
+      for (const TensorSpec& t : u.tensors) (t.expert ? expert : dense) += t.size;
+      EXPECT_EQ(dense, u.n_dense) << name << " " << u.name;
+      EXPECT_EQ(expert, u.n_expert) << name << " " << u.name;
+      if (u.kind == UnitKind::Layer) {
+        const LayerParams lp = layer_params(m, m.layers[u.layer]);
+        EXPECT_EQ(double(u.n_dense), lp.total() - lp.routed_experts) << name << " " << u.name;
+        EXPECT_EQ(double(u.n_expert) * ep, lp.routed_experts) << name << " " << u.name;
+      }
+    }
+    EXPECT_EQ(total, count_params(m).total) << name;
+  }
+}
+
+// The comparison's per-phase breakdown reproduces the estimator's peak breakdown for every stage of plans covering
+// each option (a change to estimator/memory_model.cpp that estimate_phases misses fails here).
+TEST(Compare, PhaseCompositionMatchesTheEstimator) {
+  const Hardware hw = h100();
+  int checked = 0;
+  for (const char* impl : {"lcplan-exec", "megatron", "bumblebee"}) {
+    const Calibration cal = calibration_for(load_calibration("default", LCPLAN_SOURCE_DIR), hw.name, impl);
+    for (const char* name : {"qwen3.5-35b-a3b", "llama-3.1-70b", "deepseek-v3"}) {
+      const ModelSpec m = zoo(name);
+      const bool moe = m.moe.num_experts > 0;
+      for (OptimizerSharding sh : {OptimizerSharding::None, OptimizerSharding::DistOpt, OptimizerSharding::Fsdp})
+        for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
+          for (int pp : {1, 2})
+            for (bool lce : {false, true}) {
+              Plan p;
+              p.model = name;
+              p.gpus = 64;
+              p.seq_len = 32768;
+              p.parallel.pp = pp;
+              p.parallel.cp = 2;
+              p.parallel.tp = 2;
+              p.parallel.ep = moe ? 8 : 1;
+              p.optimizer_sharding = sh;
+              p.recompute = rc;
+              p.linear_ce = lce;
+              p.moe.ep_chunks = moe ? 2 : 1;
+              if (check_plan(m, p)) continue;
+              const DerivedPlan d = derive_plan(m, p, hw);
+              const MemoryEstimate est = estimate_memory(d, cal);
+              for (const StageMemory& st : est.stages) {
+                const auto phases = estimate_phases(d, cal, st.stage);
+                const MemoryBreakdown& a = phases[int(st.peak_phase)];
+                EXPECT_DOUBLE_EQ(a.total(), st.peak_bytes) << name << " stage " << st.stage;
+                EXPECT_DOUBLE_EQ(a.activations, st.breakdown.activations);
+                EXPECT_DOUBLE_EQ(a.moe_buffers, st.breakdown.moe_buffers);
+                EXPECT_DOUBLE_EQ(a.fsdp_buffers, st.breakdown.fsdp_buffers);
+                EXPECT_DOUBLE_EQ(a.logits, st.breakdown.logits);
+                for (const MemoryBreakdown& b : phases) EXPECT_LE(b.total(), st.peak_bytes * (1 + 1e-12));
+                ++checked;
+              }
+            }
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+TEST(Compare, AnExactMeasurementHasNoError) {
+  const ModelSpec full = zoo("qwen3.5-35b-a3b");
+  const ScaledCase sc = executor_case(full, plan_of("qwen3.5-35b-a3b", 4, 2, 4), {64, 1});
+  const Calibration cal = exec_calibration();
+  const Hardware hw = h100();
+  const DerivedPlan d = derive_plan(sc.model, sc.plan, hw);
+  const MemoryEstimate est = estimate_memory(d, cal);
+  Measurement m;
+  m.plan = sc.plan;
+  m.peak_bytes = est.peak_bytes;
+  m.breakdown = est.stages[0].breakdown;
+  m.peak_phase = est.peak_phase;
+  const Comparison c = compare(sc.model, sc.plan, hw, cal, m);
+  EXPECT_EQ(worst_relative_error(c.at_peak, 0), 0);
+  EXPECT_TRUE(c.notes.empty());
+  EXPECT_NE(comparison_table(c).find("peak"), std::string::npos);
+  EXPECT_TRUE(comparison_to_json(c).contains("breakdown_at_peak"));
+}
+
+TEST(Record, DetailRoundTripsAndBadFieldsAreNamed) {
+  Measurement m;
+  m.id = "x";
+  m.plan = plan_of("qwen3.5-35b-a3b", 4, 2, 4);
+  m.peak_bytes = 100;
+  m.step_seconds = 2;
+  MemoryBreakdown b;
+  b.params = 1;
+  b.moe_buffers = 7;
+  m.breakdown = b;
+  m.peak_phase = Phase::Backward;
+  m.peak_rank = 3;
+  m.phases[2] = MeasuredPhase{100.0, b, b, 0.5};
+  m.ranks.push_back({3, 100.0, Phase::Backward, 12.0});
+  m.scale = MeasuredScale{64, 1, 1, {0, 3}, nlohmann::json{{"hidden", 32}}};
+  m.steps = 2;
+  m.loss = 8.5;
+  m.grad_norm = 0.7;
+  m.per_step.push_back({8.5, 0.7, 2.0});
+  m.backend = "cpu";
+  m.device = "cpu";
+  m.host = "h";
+  m.executor = {{"workspace_reserve_bytes", 1}};
+  m.notes = "n";
+  const nlohmann::json j = measurement_to_json(m);
+  const Measurement r = measurement_from_json(j, "rec");
+  EXPECT_EQ(measurement_to_json(r), j);
+  EXPECT_EQ(r.breakdown->moe_buffers, 7);
+  EXPECT_EQ(*r.phases[2]->seconds, 0.5);
+  EXPECT_EQ(r.scale->kept_layers, (std::vector<int>{0, 3}));
+  auto error_of = [](nlohmann::json x) -> std::string {
+    try {
+      measurement_from_json(x, "rec");
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  nlohmann::json bad = j;
+  bad["breakdown"]["activation"] = 1;
+  EXPECT_NE(error_of(bad).find("\"activation\""), std::string::npos);
+  bad = j;
+  bad["peak_phase"] = "warmup";
+  EXPECT_NE(error_of(bad).find("\"warmup\""), std::string::npos);
+  bad = j;
+  bad["phases"]["backward"]["seconds"] = -1;
+  EXPECT_NE(error_of(bad).find("non-negative"), std::string::npos);
+  bad = j;
+  bad["scale"]["factor"] = 0;
+  EXPECT_NE(error_of(bad).find("factor"), std::string::npos);
+  bad = j;
+  bad["ranks"][0].erase("rank");
+  EXPECT_NE(error_of(bad).find("\"rank\""), std::string::npos);
+}
+
+TEST(Tracker, PhasePeaksBreakdownsAndTheWorkspaceReservation) {
+  Tracker t(100);
+  t.add(Category::Params, 10);  // outside a phase: no peak
+  t.set_phase(Phase::Forward);
+  EXPECT_EQ(t.peak(Phase::Forward).at_peak.total(), 110);  // the reservation counts from the start
+  t.add(Category::Activations, 50);
+  t.add(Category::Workspace, 30);  // inside the reservation: workspace still reads 100
+  EXPECT_EQ(t.now().bytes[int(Category::Workspace)], 100);
+  t.sub(Category::Workspace, 30);
+  t.set_phase(Phase::Backward);
+  t.add(Category::MoeBuffers, 5);
+  t.sub(Category::Activations, 50);
+  t.add(Category::Workspace, 150);  // outgrows it: the category reads the high-water from now on
+  EXPECT_EQ(t.now().bytes[int(Category::Workspace)], 150);
+  t.sub(Category::Workspace, 150);
+  EXPECT_EQ(t.now().bytes[int(Category::Workspace)], 150);
+  EXPECT_EQ(t.workspace_high_water(), 150);
+  const PhasePeak& f = t.peak(Phase::Forward);
+  EXPECT_EQ(f.at_peak.total(), 160);
+  const PhasePeak& b = t.peak(Phase::Backward);
+  EXPECT_EQ(b.at_peak.total(), 165);
+  EXPECT_EQ(b.category_max.bytes[int(Category::Activations)], 50);  // its own largest value in the phase
+  EXPECT_EQ(t.overall_peak().first, Phase::Backward);
+  EXPECT_THROW(t.sub(Category::Grads, 1), std::logic_error);
+  {
+    Buf<float> x(t, Category::Grads, 4);
+    EXPECT_EQ(t.live(Category::Grads), 16);
+  }
+  EXPECT_EQ(t.live(Category::Grads), 0);
+}
+
+TEST(Refusals, OneSentenceNamingTheValue) {
+  const ModelSpec llama = zoo("llama-3.1-8b");
+  Plan p = plan_of("llama-3.1-8b", 4, 1, 1);
+  p.parallel.pp = 2;
+  EXPECT_NE(executor_support_error(llama, p).find("pp = 2"), std::string::npos);
+  p.parallel.pp = 1;
+  p.parallel.tp = 2;
+  EXPECT_NE(executor_support_error(llama, p).find("tp = 2"), std::string::npos);
+  p.parallel.tp = 1;
+  EXPECT_EQ(executor_support_error(llama, p), "");
+  p.precision = Precision::FP8;
+  EXPECT_NE(executor_support_error(llama, p).find("fp8"), std::string::npos);
+  EXPECT_NE(executor_support_error(zoo("deepseek-v3"), plan_of("deepseek-v3", 4, 1, 4)).find("MLA"), std::string::npos);
+  EXPECT_NE(executor_support_error(zoo("gpt-oss-120b"), plan_of("gpt-oss-120b", 4, 1, 4)).find("gpt-oss"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace lcplan::exec::tests
