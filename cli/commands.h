@@ -11,6 +11,7 @@ void register_models(CLI::App& app, int& exit_code);
 void register_estimate(CLI::App& app, int& exit_code);
 void register_search(CLI::App& app, int& exit_code);
 void register_report(CLI::App& app, int& exit_code);
+void register_tune(CLI::App& app, int& exit_code);  // cli/cmd_tune.cpp
 
 }  // namespace lcplan::cli
 

@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
   lcplan::cli::register_estimate(app, exit_code);
   lcplan::cli::register_search(app, exit_code);
   lcplan::cli::register_report(app, exit_code);
+  lcplan::cli::register_tune(app, exit_code);
   lcplan::register_calibrate(app, exit_code);
   lcplan::register_validate(app, exit_code);
   lcplan::register_ingest(app, exit_code);
