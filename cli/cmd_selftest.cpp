@@ -36,13 +36,13 @@ int run_selftest(const SelftestArgs& a) {
   using namespace profiler;
   if (!a.gpu) throw UserError("selftest runs the GPU checks: give --gpu");
   const double timeout = a.timeout.empty() ? 600 : cli::parse_number(a.timeout, "--timeout", 1, 7200, "seconds, 1 to 7200");
-  const std::string dir = a.build_dir.empty() ? LCPLAN_SELFTEST_BUILD_DIR : a.build_dir;
-  if (!std::filesystem::is_directory(dir))
-    throw UserError("--build-dir \"" + dir + "\" is not a directory (give the build tree holding the CUDA tests)");
   if (const std::string why = cuda_unavailable_reason(); !why.empty()) {
     std::fprintf(stderr, "lcplan: selftest --gpu skipped: %s\n", why.c_str());
     return 77;
   }
+  const std::string dir = a.build_dir.empty() ? LCPLAN_SELFTEST_BUILD_DIR : a.build_dir;
+  if (!std::filesystem::is_directory(dir))
+    throw UserError("--build-dir \"" + dir + "\" is not a directory (give the build tree holding the CUDA tests)");
   const std::vector<GpuTest> tests = find_gpu_tests(dir);
   if (tests.empty())
     throw UserError("no CUDA test binaries under \"" + dir + "\" (build them: cmake --preset release && cmake --build "
