@@ -241,6 +241,12 @@ Setup prepare(const ProfileArgs& a, const comm::Comm& world, int ranks_per_node)
     t.max_call_flops *= share;
   }
   if (s.backend != "cpu" && a.max_call_gflop.empty()) t.max_call_flops = 0;
+  if (s.backend == "cpu" && ranks_per_node > 1) {
+    // The ranks of a node share its caches and memory: STREAM's rule (arrays of 4x the last-level cache) holds
+    // for their copies together, so each rank copies its share (at least 16 MB).
+    for (double& b : t.copy_bytes) b = std::max(16e6, b / ranks_per_node);
+    t.copy_bytes.erase(std::unique(t.copy_bytes.begin(), t.copy_bytes.end()), t.copy_bytes.end());
+  }
   if (!a.cases.empty()) s.cases = parse_cases(a.cases);
   if (!a.repeat.empty()) s.repeat.repeats = cli::parse_int_in(a.repeat, "--repeat", 1, 1000);
   else s.repeat.repeats = quick ? 3 : 5;
@@ -371,7 +377,8 @@ int run_profile_command(const ProfileArgs& a, const std::string& command) {
       }
       const Derived derived = derive_coefficients(run.data, hw, s.start.linear_ce_vocab_tile);
       OutputFacts facts{run.device, date, command, a.calibration};
-      const nlohmann::json out = calibration_with_profile(s.start_json, hw, run, derived, s.targets, facts);
+      nlohmann::json out = calibration_with_profile(s.start_json, hw, run, derived, s.targets, facts);
+      out["name"] = std::filesystem::path(a.out).stem().string();  // a new profile, named like its file
       if (!hw_json.is_null()) write_file_atomic(a.hardware_out, hw_json.dump(2) + "\n");
       write_file_atomic(a.out, out.dump(2) + "\n");
       std::fputs(summary_table(derived, hw, run).c_str(), stdout);
@@ -411,7 +418,7 @@ void register_profile(CLI::App& app, int& exit_code, std::string command) {
   cmd->add_option("--repeat", a->repeat, "timed repeats per point (median reported; default 5, quick 3)");
   cmd->add_option("--warmup", a->warmup, "untimed runs before the repeats (default 1)");
   cmd->add_option("--max-call-gflop", a->max_call_gflop,
-                  "largest timed call in GFLOP (CPU default: 6, quick 2, shared among the ranks on a node); larger "
+                  "largest timed call in GFLOP (CPU default: 4, quick 2, shared among the ranks on a node); larger "
                   "shapes are shrunk, as the output's notes state");
   cmd->add_option("--min-bytes", a->min_bytes, "collectives: smallest message (e.g. 1k)");
   cmd->add_option("--max-bytes", a->max_bytes, "collectives: largest message (e.g. 64M)");

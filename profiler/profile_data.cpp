@@ -240,7 +240,11 @@ Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double lin
 nlohmann::json cpu_hardware_json(const ProfileData& d, const CpuFacts& f) {
   double flops = 0, copy = 0, intra = 0, cross = 0, p2p = 0;
   for (const auto& r : d.gemm) flops = std::max(flops, r.flops() / r.seconds);
-  for (const auto& r : d.copy) copy = std::max(copy, r.bandwidth());
+  // STREAM's rule: only copies well past the caches measure memory (the largest quarter of the sizes).
+  double largest = 0;
+  for (const auto& r : d.copy) largest = std::max(largest, r.bytes);
+  for (const auto& r : d.copy)
+    if (r.bytes * 4 >= largest) copy = std::max(copy, r.bandwidth());
   for (const auto& r : d.collectives) {
     if (r.ranks < 2 || r.coll == Coll::AllToAll) continue;
     (r.tier == LinkTier::NVLink ? intra : cross) = std::max(r.tier == LinkTier::NVLink ? intra : cross, r.bus_bandwidth());
@@ -257,7 +261,7 @@ nlohmann::json cpu_hardware_json(const ProfileData& d, const CpuFacts& f) {
                        "`); CPU ranks stand in for GPUs: peak_bf16_flops = peak_fp8_flops = the best fp32 Eigen GEMM "
                        "rate / 0.95 (" + num(flops / 1e9) + " GFLOP/s; a CPU has no bf16 or fp8 tensor cores, so "
                        "the peaks are equal and low precision runs at the bf16 rate); hbm_bandwidth = the best "
-                       "STREAM-like copy (read + write) / 0.95 (" + num(copy / 1e9) + " GB/s); hbm_bytes = node memory / " +
+                       "STREAM-like copy (read + write) of the largest sizes / 0.95 (" + num(copy / 1e9) + " GB/s); hbm_bytes = node memory / " +
                        std::to_string(f.ranks_per_node) + " ranks; ";
   source += intra > 0 ? "nvlink_bandwidth = the best intra-node MPI bus bandwidth / 0.95 (" + num(intra / 1e9) + " GB/s); "
                       : "nvlink_bandwidth = the copy bandwidth (one rank: no intra-node collective measured); ";

@@ -64,8 +64,9 @@ Targets default_targets(const std::string& backend, bool quick) {
     t.moe_tokens = quick ? std::vector<int64_t>{256} : std::vector<int64_t>{128, 512};
     t.moe_chunks = {1, 2};
     t.min_bytes = 1024, t.max_bytes = quick ? 1 << 20 : 16 << 20, t.step_factor = quick ? 8 : 4;
-    t.copy_bytes = quick ? std::vector<double>{16e6, 64e6} : std::vector<double>{4e6, 16e6, 64e6, 128e6};
-    t.max_call_flops = quick ? 2e9 : 6e9;
+    // STREAM's rule: arrays of at least 4x the last-level cache (32 MiB on this repository's CI machine).
+    t.copy_bytes = quick ? std::vector<double>{64e6, 128e6} : std::vector<double>{32e6, 64e6, 128e6, 256e6};
+    t.max_call_flops = quick ? 2e9 : 4e9;
   } else {
     t.gemm_tokens = quick ? std::vector<int64_t>{128, 1024, 8192} : geometric(64, 32768, 2);
     t.gemm_classes = {{"4096x4096", 4096, 4096}, {"8192x2048", 8192, 2048}};
@@ -217,7 +218,8 @@ Targets plan_targets(const ModelSpec& m, const Plan& p, const Hardware& hw, cons
     largest = std::max(largest, double(local) * p.parallel.cp * 2.0 * m.attn.kv_heads * m.attn.head_dim / tp * 2);
   if (tp > 1) largest = std::max(largest, double(local) * h * 2);
   for (const StageRecord& s : d.stages) largest = std::max(largest, s.max_unit * 2);
-  if (largest > 0) t.max_bytes = std::min(t.max_bytes * 4, largest);
+  // GPUs sweep up to the plan's largest message (at most 4x the default ceiling); CPUs keep their default ceiling.
+  if (largest > 0) t.max_bytes = std::min(backend == "cpu" ? t.max_bytes : t.max_bytes * 4, largest);
   t.has_plan_groups = true;
   t.groups = {p.parallel.tp, p.parallel.cp, p.parallel.ep, p.parallel.etp, p.parallel.pp};
   t.notes.push_back("shapes of the plan: " + t.plan + " (local tokens " + std::to_string(local) + ", tokens per local "

@@ -1,11 +1,14 @@
 // Case gemm: dense GEMMs C[m x n] = A[m x k] B[k x n] by tokens m for each (n, k) class; fits time.gemm_efficiency
 // and time.gemm_half_tokens (and, on GPUs with fp8, time.fp8_gemm_ratio).
+#include <algorithm>
+
 #include "profiler/cases.h"
 
 namespace lcplan::profiler {
 
 void run_gemm(CaseContext& c) {
-  for (const std::string& type : c.dev.gemm_types())
+  for (const std::string& type : c.dev.gemm_types()) {
+    std::vector<std::pair<int64_t, int64_t>> timed;  // (n, k) already swept: shrunk classes may coincide
     for (const GemmClass& cls : c.t.gemm_classes) {
       int64_t n = cls.n, k = cls.k;
       // Keep the class while a mid-size token count (1024) fits the budget: shrink n and k, never below 128.
@@ -18,6 +21,12 @@ void run_gemm(CaseContext& c) {
       if (!shrunk.empty())
         c.note("gemm " + cls.name + " (" + std::to_string(cls.n) + "x" + std::to_string(cls.k) + "): " + shrunk +
                " to fit the CPU budget of " + gflop(c.budget()) + " per call");
+      if (std::find(timed.begin(), timed.end(), std::pair<int64_t, int64_t>{n, k}) != timed.end()) {
+        c.note("gemm " + cls.name + ": shrunk to " + std::to_string(n) + "x" + std::to_string(k) +
+               ", a shape already timed");
+        continue;
+      }
+      timed.push_back({n, k});
       std::string skipped;
       for (int64_t m : c.t.gemm_tokens) {
         if (c.budget() > 0 && 2.0 * double(m) * n * k > c.budget()) {
@@ -32,6 +41,7 @@ void run_gemm(CaseContext& c) {
       if (!skipped.empty())
         c.note("gemm " + cls.name + ": tokens " + skipped + " over the CPU budget of " + gflop(c.budget()) + ", not timed");
     }
+  }
 }
 
 }  // namespace lcplan::profiler
