@@ -300,6 +300,17 @@ std::string agreed_error(const comm::Comm& world, const std::string& mine) {
   return "";
 }
 
+// Rank 0 prints the one sentence (as lcplan's main would), then every rank leaves together with status 2: a rank
+// that exited first would make mpirun kill rank 0 before it printed.
+int fail_everywhere(const comm::Comm& world, const std::string& err) {
+  if (world.rank == 0) {
+    std::fprintf(stderr, "lcplan: error: %s\n", err.c_str());
+    std::fflush(stderr);
+  }
+  MPI_Barrier(world.mpi);
+  return 2;
+}
+
 int run_profile_command(const ProfileArgs& a, const std::string& command) {
   MpiSession mpi;
   comm::Comm world = comm::world_mpi();
@@ -322,10 +333,7 @@ int run_profile_command(const ProfileArgs& a, const std::string& command) {
     err = e.what();
   }
   err = agreed_error(world, err);
-  if (!err.empty()) {
-    if (root) throw UserError(err);
-    return 2;
-  }
+  if (!err.empty()) return fail_everywhere(world, err);
 
   auto log = [&](const std::string& line) {
     if (root) std::printf("[profile] %s\n", line.c_str()), std::fflush(stdout);
@@ -337,18 +345,12 @@ int run_profile_command(const ProfileArgs& a, const std::string& command) {
     err = e.what();
   }
   err = agreed_error(world, err);
-  if (!err.empty()) {
-    if (root) throw UserError(err);
-    return 2;
-  }
+  if (!err.empty()) return fail_everywhere(world, err);
   if (s.backend == "cuda" && !s.have_hardware) {
     const std::string guess = hardware_for_device(dev->description());
     err = guess.empty() ? "this GPU (" + dev->description() + ") has no hardware profile lcplan knows; give --hardware NAME or a JSON path" : "";
     err = agreed_error(world, err);
-    if (!err.empty()) {
-      if (root) throw UserError(err);
-      return 2;
-    }
+    if (!err.empty()) return fail_everywhere(world, err);
     s.hardware = load_hardware(guess, data_dir());
     s.have_hardware = true;
   }
@@ -390,10 +392,7 @@ int run_profile_command(const ProfileArgs& a, const std::string& command) {
     }
   }
   err = agreed_error(world, err);
-  if (!err.empty()) {
-    if (root) throw UserError(err);
-    return 2;
-  }
+  if (!err.empty()) return fail_everywhere(world, err);
   return 0;
 }
 

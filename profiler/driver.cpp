@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/user_error.h"
 
@@ -38,7 +39,13 @@ ProfileRun run_profile(Device& dev, const comm::Comm& world, const Targets& t, c
     if (!chosen) continue;
     const auto t0 = std::chrono::steady_clock::now();
     CaseContext ctx{dev, world, node, t, run.data, log};
-    info.run(ctx);
+    try {
+      info.run(ctx);
+    } catch (const std::invalid_argument& e) {
+      // A shape a kernel refuses (its argument checks are the same on every rank, so every rank stops here).
+      run.data.notes.push_back(std::string("case ") + info.name + " stopped: " + e.what());
+      log(std::string("case ") + info.name + " stopped: " + e.what());
+    }
     comm::barrier(world);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     run.case_seconds.push_back({info.name, s});
