@@ -311,9 +311,11 @@ int fail_everywhere(const comm::Comm& world, const std::string& err) {
   return 2;
 }
 
-int run_profile_command(const ProfileArgs& a, const std::string& command) {
+int run_profile_command(const ProfileArgs& a, const std::string& command_line) {
   MpiSession mpi;
   comm::Comm world = comm::world_mpi();
+  // The provenance names the launch too: the rank count is part of what was measured.
+  const std::string command = (world.size > 1 ? "mpirun -np " + std::to_string(world.size) + " " : "") + command_line;
   struct FreeWorld {
     comm::Comm& c;
     ~FreeWorld() {
