@@ -20,6 +20,7 @@ struct NodeInfo {
   int nodes = 1;
   int node = 0;             // this rank's node
   int local_rank = 0, local_size = 1;
+  bool uniform = true;      // every node holds the same number of ranks (node and cross-node placements need it)
   std::vector<int> node_of; // world rank -> node
 };
 // Collective over `world`.

@@ -96,10 +96,17 @@ class CudaDevice final : public Device {
     MPI_CHECK(MPI_Comm_rank(local, &local_rank));
     MPI_CHECK(MPI_Comm_size(local, &local_size));
     MPI_CHECK(MPI_Comm_free(&local));
-    if (local_size > devices)
-      throw UserError(std::to_string(local_size) + " ranks run on this node and it has " + std::to_string(devices) +
-                      " CUDA device(s); NCCL needs one GPU per rank (launch at most " + std::to_string(devices) +
-                      " ranks per node)");
+    // Checked collectively (nodes may differ), so every rank throws together before NCCL is set up.
+    const std::string err =
+        local_size > devices ? std::to_string(local_size) + " ranks run on a node that has " + std::to_string(devices) +
+                                   " CUDA device(s); NCCL needs one GPU per rank (launch at most " +
+                                   std::to_string(devices) + " ranks per node)"
+                             : "";
+    try {
+      comm::raise_if_any(world, err);
+    } catch (const std::invalid_argument& e) {
+      throw UserError(e.what());
+    }
     CUDA_CHECK(cudaSetDevice(local_rank));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, local_rank));
     tracer_ = std::make_unique<CuptiTracer>();

@@ -33,8 +33,10 @@ std::vector<Placement> placements(const CaseContext& c) {
     for (int r = 0; r < P; ++r)
       if (local_index[size_t(r)] == local_index[size_t(c.world.rank)]) cross.push_back(r);
   }
-  if (c.node.local_size > 1) out.push_back({"node", node, int(node.size())});
-  if (c.node.nodes > 1) out.push_back({"cross-node", cross, int(cross.size())});
+  // Every rank must walk the same placements: node-shaped ones only when all nodes hold as many ranks.
+  if (!c.node.uniform) c.note("collectives: nodes hold different rank counts; node and cross-node placements skipped");
+  if (c.node.uniform && c.node.local_size > 1) out.push_back({"node", node, int(node.size())});
+  if (c.node.uniform && c.node.nodes > 1) out.push_back({"cross-node", cross, int(cross.size())});
   if (c.t.has_plan_groups) {
     const PlanGroups& g = c.t.groups;
     try {

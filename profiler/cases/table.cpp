@@ -41,6 +41,9 @@ NodeInfo node_info(const comm::Comm& world) {
   for (size_t r = 0; r < leaders.size(); ++r)
     n.node_of[r] = int(std::lower_bound(unique.begin(), unique.end(), leaders[r]) - unique.begin());
   n.node = n.node_of[size_t(world.rank)];
+  int sizes[2] = {n.local_size, -n.local_size};
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, world.mpi));
+  n.uniform = sizes[0] == -sizes[1];
   return n;
 }
 
