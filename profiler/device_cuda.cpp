@@ -72,15 +72,27 @@ std::vector<float> host_values(size_t n, float lo, float hi, uint32_t salt) {
   for (size_t i = 0; i < n; ++i) v[i] = lo + (hi - lo) * float(((i + salt) * 2654435761u) % 10007u) / 10007.0f;
   return v;
 }
+// Uploads at most 4 MiB of values, then doubles them in place on the device (gigabyte buffers fill in
+// milliseconds; the values only need to be ordinary numbers, not zeros that would flatter the tensor cores).
+constexpr size_t kPattern = size_t(4) << 20;
+void replicate(Buffer& b, size_t filled) {
+  while (filled > 0 && filled < b.bytes) {
+    const size_t n = std::min(filled, b.bytes - filled);
+    CUDA_CHECK(cudaMemcpy(static_cast<char*>(b.p) + filled, b.p, n, cudaMemcpyDeviceToDevice));
+    filled += n;
+  }
+}
 void upload_f32(Buffer& b, float lo, float hi, uint32_t salt) {
-  const std::vector<float> v = host_values(b.bytes / 4, lo, hi, salt);
+  const std::vector<float> v = host_values(std::min(b.bytes, kPattern) / 4, lo, hi, salt);
   CUDA_CHECK(cudaMemcpy(b.p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  replicate(b, v.size() * 4);
 }
 void upload_bf16(Buffer& b, float lo, float hi, uint32_t salt) {
-  const std::vector<float> v = host_values(b.bytes / 2, lo, hi, salt);
+  const std::vector<float> v = host_values(std::min(b.bytes, kPattern) / 2, lo, hi, salt);
   std::vector<__nv_bfloat16> h(v.size());
   for (size_t i = 0; i < v.size(); ++i) h[i] = __float2bfloat16(v[i]);
   CUDA_CHECK(cudaMemcpy(b.p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  replicate(b, h.size() * 2);
 }
 
 std::string version(int v, int major_div) { return std::to_string(v / major_div) + "." + std::to_string(v % major_div / 10); }
