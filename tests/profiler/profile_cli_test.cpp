@@ -178,7 +178,9 @@ TEST(ProfileCli, ReferencePlanOnOneRankUnderAMinute) {
   const Outcome r = run({"profile", "--plan", reference_plan(), "--backend", "cpu", "--quick", "--out", out,
                          "--hardware-out", hw}, "plan");
   ASSERT_EQ(r.status, 0) << r.err << r.out;
+#if !defined(__SANITIZE_ADDRESS__)  // sanitized builds run several times slower; the limit is a release-build claim
   EXPECT_LT(r.seconds, 60) << "the targeted profile of the reference recipe must finish in under 60 s";
+#endif
   const nlohmann::json p = lcplan::read_json_file(out, "profile");
   EXPECT_NE(p.at("profile").at("plan").get<std::string>().find("EP8"), std::string::npos);
   bool stated = false;  // shrunk shapes are stated in the output
