@@ -22,6 +22,7 @@
 #include "search/emit.h"
 #include "search/megatron_args.h"
 #include "tune/launcher.h"
+#include "tune/refit.h"
 #include "tune/tune_log.h"
 #include "tune/tune_loop.h"
 #ifdef LCPLAN_WITH_EXECUTOR
@@ -98,24 +99,6 @@ std::string percent(double x) {
   return std::isfinite(x) ? buf : "-";
 }
 
-// The `n` keys whose 10% change moves the predicted step times of `cases` the most (mean |d ln t / d ln c|).
-std::vector<std::string> most_sensitive(const std::vector<std::string>& keys, const std::vector<MeasuredCase>& cases,
-                                        const Calibration& cal, size_t n) {
-  std::vector<std::pair<double, std::string>> s;
-  for (const std::string& k : keys) {
-    Calibration up = cal;
-    up.*(find_coefficient(k)->member) *= 1.1;
-    double sum = 0;
-    for (const MeasuredCase& c : cases)
-      sum += std::abs(std::log(predict(c, Quantity::StepSeconds, up) / predict(c, Quantity::StepSeconds, cal)));
-    s.push_back({sum / std::log(1.1), k});
-  }
-  std::stable_sort(s.begin(), s.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::vector<std::string> out;
-  for (size_t i = 0; i < std::min(n, s.size()); ++i) out.push_back(s[i].second);
-  return out;
-}
-
 }  // namespace
 
 void register_tune(CLI::App& app, int& exit_code) {
@@ -190,8 +173,6 @@ void register_tune(CLI::App& app, int& exit_code) {
     start.per_hardware.clear();
     start.per_implementation.clear();
     start.fit = nullptr;
-    Calibration priors = start;
-    for (const std::string& k : fit_keys) priors.log_sigma[k] = prior_width;
     const std::string exec_path = a->exec.empty() ? default_exec_path() : a->exec;
     const std::string tmpl = exec ? a->mpirun + " -np {gpus} " + shell_quote(exec_path) + " --plan {plan} --out {out} " + a->exec_args
                                   : a->launcher;
@@ -282,18 +263,11 @@ void register_tune(CLI::App& app, int& exit_code) {
     hooks.refit = [&](const std::vector<Measurement>& measured, const Calibration& current) {
       std::vector<MeasuredCase> cs;
       for (const Measurement& m : measured) cs.push_back(case_of(m));
-      FitOptions fo;
-      fo.spec.keys = fit_keys;
-      // At least two step times per fitted coefficient, so that a fit cannot pass through every run by construction:
-      // with fewer, fit the ones that move these runs' predicted steps the most.
-      const size_t n = std::max<size_t>(1, cs.size() / 2);
-      if (fo.spec.keys.size() > n) fo.spec.keys = most_sensitive(fit_keys, cs, current, n);
-      fo.spec.model_error = 0.05;  // repeated runs on one machine: tighter than the cross-cluster corpus
-      fo.source = log_path;
-      fo.leave_one_out = false;
-      // Step times only: tune ranks by speed, and the executor's memory is its own profile's business.
-      for (MeasuredCase& c : cs) c.meas.peak_bytes.reset(), c.meas.tflops_per_gpu.reset();
-      return fit_calibration(cs, current, priors, fo);
+      TuneRefitOptions ro;
+      ro.keys = fit_keys;
+      ro.prior_width = prior_width;
+      ro.source = log_path;
+      return refit_for_tune(std::move(cs), current, start, ro);
     };
     auto write_log = [&](const TuneState& s, const std::optional<TuneOutcome>& o) {
       write_file_atomic(log_path, tune_log_json(request, s, o).dump(2) + "\n");

@@ -124,7 +124,7 @@ TuneOutcome run_tune(TuneState& state, const TuneHooks& hooks, const TuneOptions
       const double best = rec.ranking.front().predicted_seconds;
       chosen_ties_best = hooks.predict(c.measured, state.calibration) <= best * (1 + opt.tie);
     }
-    rec.stable = all_measured && chosen_ties_best;
+    rec.stable = all_measured && chosen_ties_best && rec.error_after <= opt.settled;
     bool any_left = false;
     for (const RankedPlan& p : ranking) any_left = any_left || !now.count(p.key);
     state.rounds.push_back(rec);

@@ -2,8 +2,9 @@
 //
 // Each round ranks the plans under the current calibration, runs the best `plans_per_round` plans not run yet,
 // refits the calibration to every measured run, and ranks again. It is stable when every plan of the refit ranking's
-// top `plans_per_round` has been measured and the measured-fastest run is one the model cannot tell from its best
-// (predicted within `tie` of it): another round would only repeat what was measured. It also stops when no plan
+// top `plans_per_round` has been measured, the measured-fastest run is one the model cannot tell from its best
+// (predicted within `tie` of it) and the refit predicts the runs within `settled`: another round would only repeat
+// what was measured. It also stops when no plan
 // is left to run, when the budget of runs is spent, or after the last round. The chosen plan is the measured-fastest
 // run. Searching, running and fitting are functions the caller gives, so the loop is tested without a cluster
 // (tests/tune) and the CLI wires the real ones (cli/cmd_tune.cpp).
@@ -62,6 +63,7 @@ struct TuneOptions {
   int max_runs = 9;         // runs over the whole tune, resumed ones included
   int max_rounds = 4;
   double tie = 0.03;        // predicted step times closer than this (relative) are a tie the model cannot order
+  double settled = 0.10;    // stable also needs the refit to predict the runs within this mean error
 };
 
 struct TuneHooks {

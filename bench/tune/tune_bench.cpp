@@ -9,6 +9,7 @@
 #include "estimator/hardware.h"
 #include "models/zoo.h"
 #include "search/search.h"
+#include "tune/refit.h"
 #include "tune/tune_log.h"
 #include "tune/tune_loop.h"
 
@@ -23,10 +24,8 @@ void BM_TuneRounds(benchmark::State& state) {
   Calibration cal = calibration_for(load_calibration("default", dir), hw.name, "megatron");
   cal.per_hardware.clear();
   cal.per_implementation.clear();
-  Calibration priors = cal;
   const std::vector<std::string> keys = {"time.gemm_efficiency", "time.attention_efficiency", "time.grouped_gemm_efficiency",
                                          "time.a2a_nvlink_efficiency", "time.step_overhead_seconds"};
-  for (const std::string& k : keys) priors.log_sigma[k] = 1.0;
   Plan base;
   base.model = "qwen3.5-35b-a3b";
   base.gpus = 32;
@@ -65,12 +64,9 @@ void BM_TuneRounds(benchmark::State& state) {
   h.refit = [&](const std::vector<Measurement>& ms, const Calibration& current) {
     std::vector<MeasuredCase> cs;
     for (const Measurement& meas : ms) cs.push_back(case_of(meas));
-    FitOptions fo;
-    fo.spec.keys = keys;
-    fo.spec.keys.resize(std::min(keys.size(), std::max<size_t>(1, cs.size() / 2)));
-    fo.spec.model_error = 0.05;
-    fo.leave_one_out = false;
-    return fit_calibration(cs, current, priors, fo);
+    TuneRefitOptions ro;
+    ro.keys = keys;
+    return refit_for_tune(cs, current, cal, ro);
   };
   const nlohmann::json request = {{"bench", 1}};
   h.on_round = [&](const TuneState& s) { benchmark::DoNotOptimize(tune_log_json(request, s).dump()); };

@@ -14,6 +14,7 @@
 #include "estimator/hardware.h"
 #include "models/zoo.h"
 #include "search/search.h"
+#include "tune/refit.h"
 #include "tune/tune_log.h"
 #include "tune/tune_loop.h"
 
@@ -26,7 +27,7 @@ struct World {
   ModelSpec model = load_model(kDir + "/tests/tune/tiny-moe.json", kDir);
   Hardware hw = load_hardware(kDir + "/tests/tune/cpu-4-ranks.json", kDir);
   Plan base;
-  Calibration truth, start, priors;
+  Calibration truth, start;
   std::vector<std::string> keys = {"time.gemm_efficiency", "time.attention_efficiency", "time.grouped_gemm_efficiency",
                                    "time.step_overhead_seconds"};
   World() {
@@ -51,8 +52,6 @@ struct World {
     start.attention_efficiency = truth.attention_efficiency / 2.5;
     start.grouped_gemm_efficiency = truth.grouped_gemm_efficiency / 3;
     start.step_overhead_seconds = truth.step_overhead_seconds * 4;
-    priors = start;
-    for (const std::string& k : keys) priors.log_sigma[k] = 1.0;
   }
 
   MeasuredCase case_of(const Plan& p, double seconds, const std::string& id) const {
@@ -93,12 +92,9 @@ struct World {
     h.refit = [this](const std::vector<Measurement>& ms, const Calibration& current) {
       std::vector<MeasuredCase> cs;
       for (const Measurement& m : ms) cs.push_back(case_of(m.plan, *m.step_seconds, m.id));
-      FitOptions fo;
-      fo.spec.keys = keys;
-      if (fo.spec.keys.size() > cs.size()) fo.spec.keys.resize(cs.size());
-      fo.spec.model_error = 0.05;
-      fo.leave_one_out = false;
-      return fit_calibration(cs, current, priors, fo);
+      TuneRefitOptions ro;
+      ro.keys = keys;
+      return refit_for_tune(cs, current, start, ro);
     };
     return h;
   }
