@@ -97,8 +97,14 @@ def convert(rows, out_name, description):
         rec = {"id": rid,
                "source": "%s (%s @ %s, %s)" % (r["source"]["table"], r["source"]["path"], r["source"]["commit"][:8],
                                                r["source"]["url"]),
-               "tflops_per_gpu": r["measured"]["tflops_per_gpu"]}
-        notes = []
+               }
+        # Step time from the published tokens/s/GPU: the physical quantity. The published TFLOP/s use the container's
+        # own FLOP count, which changed between containers for some models (GPT-OSS, DeepSeek-V3 without MTP), so
+        # they are kept in the notes and not fitted.
+        meas = r["measured"]
+        rec["step_seconds"] = r["global_batch"] * r["seq_len"] / (meas["tokens_per_s_per_gpu"] * r["num_gpus"])
+        notes = ["step_seconds = global_batch x seq_len / (tokens/s/GPU %g x %d GPUs); published %g TFLOP/s/GPU by "
+                 "the container's FLOP count" % (meas["tokens_per_s_per_gpu"], r["num_gpus"], meas["tflops_per_gpu"])]
         if base not in ZOO:
             rec["not_modelled"] = base + " has Mamba layers, which lcplan's model zoo cannot express"
         elif of["task"].startswith("LoRA"):

@@ -107,9 +107,9 @@ TEST_F(Fixture, EveryVisibleRowIsAnsweredAndTheErrorsHold) {
   EXPECT_LE(r.not_modelled.size(), 11u);
   for (const ValidationRow& row : r.rows) EXPECT_TRUE(std::isfinite(row.predicted) && row.predicted > 0) << row.id;
   EXPECT_GE(r.time_rows, 80);
-  EXPECT_LE(r.time_in_sample, 0.125);
-  EXPECT_LE(r.time_lomo, 0.25);
-  EXPECT_LE(r.time_loho, 0.24);
+  EXPECT_LE(r.time_in_sample, 0.11);
+  EXPECT_LE(r.time_lomo, 0.21);
+  EXPECT_LE(r.time_loho, 0.22);
   // Dense models generalize across models: the group errors the scoring cares most about.
   for (const GroupError& g : r.by_model)
     if (g.group.rfind("model llama", 0) == 0) {
