@@ -11,6 +11,7 @@ void register_models(CLI::App& app, int& exit_code);
 void register_estimate(CLI::App& app, int& exit_code);
 void register_search(CLI::App& app, int& exit_code);
 void register_report(CLI::App& app, int& exit_code);
+void register_tune(CLI::App& app, int& exit_code);  // cli/cmd_tune.cpp
 
 }  // namespace lcplan::cli
 
@@ -29,4 +30,7 @@ struct ValidateRunArgs {
 // The comparison of every record in the measurements file with the estimate of its (scaled) plan, as text or JSON.
 // Throws UserError naming a bad file, a record for a different plan, or an unknown profile.
 std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir);
+// `command` is the command line as run, for the measured coefficients' provenance.
+void register_profile(CLI::App& app, int& exit_code, std::string command);   // cli/cmd_profile.cpp
+void register_selftest(CLI::App& app, int& exit_code);                       // cli/cmd_selftest.cpp
 }

@@ -101,9 +101,19 @@ int main(int argc, char** argv) {
   lcplan::cli::register_estimate(app, exit_code);
   lcplan::cli::register_search(app, exit_code);
   lcplan::cli::register_report(app, exit_code);
+  lcplan::cli::register_tune(app, exit_code);
   lcplan::register_calibrate(app, exit_code);
   lcplan::register_validate(app, exit_code);
   lcplan::register_ingest(app, exit_code);
+#ifdef LCPLAN_HAVE_PROFILER
+  std::string command = "lcplan";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    command += " " + (a.find_first_of(" \t'\"") == std::string::npos && !a.empty() ? a : "'" + a + "'");
+  }
+  lcplan::register_profile(app, exit_code, command);
+  lcplan::register_selftest(app, exit_code);
+#endif
   try {
     check_command_line(app, argc, argv);
     app.parse(argc, argv);

@@ -63,7 +63,7 @@ std::vector<std::string> given_search_flags(const SearchFlags& f) {
   return given;
 }
 
-SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
+SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
   StartingPoint start = starting_point(flags, /*allow_lists=*/true);
   Plan base = start.plan;
   if (start.from_megatron) {
@@ -93,7 +93,17 @@ SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
     opt.throughput_floor = parse_number(a.floor, "--throughput-floor", 0, HUGE_VAL, "0 or more tokens/s per GPU");
   }
   opt.top_k = parse_int_in(a.top, "--top", 1, 1000);
-  const PlanSpace space = space_from_flags(flags, in.model, base);
+  PlanSpace space = space_from_flags(flags, in.model, base);
+  return {std::move(start), std::move(base), std::move(in), std::move(opt), std::move(space)};
+}
+
+SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
+  SearchSetup s = prepare_search(flags, a);
+  Plan& base = s.base;
+  Inputs& in = s.in;
+  const SearchOptions& opt = s.options;
+  const PlanSpace& space = s.space;
+  const StartingPoint& start = s.start;
 
   // The progress line lives only as long as the search: it is erased before the result or an error is printed.
   SearchResult r = [&] {

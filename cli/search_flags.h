@@ -21,6 +21,17 @@ void add_search_flags(CLI::App* cmd, SearchFlags& f);
 // Names of the search flags given (not at their defaults), for commands that accept them only with --search.
 std::vector<std::string> given_search_flags(const SearchFlags& f);
 
+// What a search walks and with which inputs, from the flags (before any plan is estimated).
+struct SearchSetup {
+  StartingPoint start;  // for its warnings
+  Plan base;
+  Inputs in;
+  SearchOptions options;
+  PlanSpace space;
+};
+// Throws UserError for bad flags.
+SearchSetup prepare_search(const PlanFlags& plan, const SearchFlags& flags);
+
 struct SearchRun {
   Plan base;
   Inputs in;

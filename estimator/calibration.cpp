@@ -171,9 +171,10 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& na
   c.name = name;
   for (const auto& [key, _] : j.items())
     if (key != "coefficients" && key != "name" && key != "description" && key != "per_hardware" &&
-        key != "per_implementation" && key != "fit" && key != "validation")
+        key != "per_implementation" && key != "fit" && key != "validation" && key != "profile")
       throw UserError(w + ": unknown top-level key \"" + key +
-                      "\" (valid: name, description, coefficients, per_hardware, per_implementation, fit, validation)");
+                      "\" (valid: name, description, coefficients, per_hardware, per_implementation, fit, validation, "
+                      "profile)");
   if (!j.contains("coefficients") || !j.at("coefficients").is_object())
     throw UserError(w + ": field \"coefficients\" is missing or not an object");
   const auto& coeffs = j.at("coefficients");
@@ -195,6 +196,10 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& na
   c.per_hardware = read_layer(j, w, "per_hardware");
   c.per_implementation = read_layer(j, w, "per_implementation");
   if (j.contains("fit")) c.fit = j.at("fit");
+  if (j.contains("profile")) {
+    if (!j.at("profile").is_object()) throw UserError(w + ": \"profile\" must be an object (what lcplan profile measured)");
+    c.profile = j.at("profile");
+  }
   if (j.contains("validation")) {
     const auto& v = j.at("validation");
     if (!v.is_object()) throw UserError(w + ": \"validation\" must be an object");
@@ -222,6 +227,7 @@ nlohmann::json calibration_to_json(const Calibration& c) {
     j[field] = l;
   }
   if (!c.fit.is_null()) j["fit"] = c.fit;
+  if (!c.profile.is_null()) j["profile"] = c.profile;
   if (c.time_band.points > 0 || c.memory_band.points > 0) {
     j["validation"] = nlohmann::json::object();
     if (c.time_band.points > 0) j["validation"]["time"] = band_json(c.time_band);

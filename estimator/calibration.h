@@ -10,7 +10,8 @@
 //        "per_hardware":       {"<hardware>": {"<key>": {"value", "provenance"}}},
 //        "per_implementation": {"<implementation>": {"<key>": {"value", "provenance"}}},
 //        "fit":        {how the profile was fitted, so `lcplan validate` can refit it without a group},
-//        "validation": {"time": {"low", "high", "points", "source"}, "memory": {...}}}
+//        "validation": {"time": {"low", "high", "points", "source"}, "memory": {...}},
+//        "profile":    {what `lcplan profile` measured: raw tables, fits, device, command; kept as is}}
 // "log_sigma" makes a profile usable as a prior: the width of the prior in natural-log units (0.1 ~ +-10%).
 #pragma once
 
@@ -102,6 +103,7 @@ struct Calibration {
   std::map<std::string, Overrides> per_hardware;        // hardware profile name -> overrides
   std::map<std::string, Overrides> per_implementation;  // implementation name -> overrides
   nlohmann::json fit;                                   // how it was fitted (calibrate/calibrate_fit.h FitSpec), or null
+  nlohmann::json profile;                               // raw tables of `lcplan profile` (profiler/README.md), or null
   ErrorBand time_band, memory_band;
 };
 

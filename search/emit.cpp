@@ -133,6 +133,26 @@ nlohmann::json search_json(const SearchResult& r, const ReducedRecipe& recipe) {
   return j;
 }
 
+std::string plan_label(const Plan& p) {
+  const Parallel& q = p.parallel;
+  // Built with append: GCC 12 warns (-Wrestrict, a false positive) on chains of operator+ here.
+  std::string s;
+  auto add = [&s](const char* name, int v) { s.append(s.empty() ? "" : " ").append(name).append(" ").append(std::to_string(v)); };
+  add("tp", q.tp);
+  add("pp", q.pp);
+  if (q.vpp > 1) add("vpp", q.vpp);
+  add("cp", q.cp);
+  add("ep", q.ep);
+  if (q.etp > 1) add("etp", q.etp);
+  add("mb", p.micro_batch);
+  s.append(" ").append(to_string(p.optimizer_sharding)).append(" ").append(to_string(p.recompute));
+  if (p.recompute_layers > 0) s.append("/").append(std::to_string(p.recompute_layers));
+  if (p.linear_ce) s.append(" lce");
+  if (p.moe.ep_chunks > 1) add("chunks", p.moe.ep_chunks);
+  if (p.offload.optimizer) s.append(" offload-opt");
+  return s;
+}
+
 // Every plan field Megatron-LM has a flag for (flag names: megatron/training/arguments.py,
 // https://github.com/NVIDIA/Megatron-LM); search/megatron_args.h reads them back (the round trip in
 // tests/interop/). Comment lines after the flags name what has no flag.

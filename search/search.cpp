@@ -82,6 +82,10 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       ++r.rejects[static_cast<int>(v->rule)];
       return;
     }
+    if (opt.admit && !opt.admit(p)) {
+      ++r.refused;
+      return;
+    }
     ++r.evaluated;
     const DerivedPlan& d = derived_for();
     MemoryEstimate mem = estimate_memory(d, cal);
@@ -142,6 +146,9 @@ std::string explain_infeasible(const SearchResult& r, const Hardware& hw, const 
                   hw.name.c_str(), opt.headroom_bytes / (1 << 30));
     return buf;
   }
+  if (r.refused > 0)
+    return "no plan fits: the " + std::to_string(r.refused) + " valid plans are all ones this search was told to leave out "
+           "(plans the launcher cannot run, or runs that did not fit)";
   int worst = 0;
   for (int i = 0; i < kMemoryReject; ++i)
     if (r.rejects[i] > r.rejects[worst]) worst = i;

@@ -21,6 +21,9 @@ struct SearchOptions {
   Objective objective = Objective::Throughput;
   double throughput_floor = 0;   // Memory objective: minimum tokens/s per GPU
   int top_k = 10;
+  // Plans the caller can use (lcplan tune: what its launcher runs, less the runs that did not fit); empty = all.
+  // Asked after the plan rules, before memory; a plan it refuses is counted in SearchResult::refused.
+  std::function<bool(const Plan&)> admit;
 };
 
 struct Candidate {
@@ -38,6 +41,7 @@ struct SearchResult {
   size_t candidates = 0;          // plans enumerated
   size_t evaluated = 0;           // plans whose memory was estimated (passed every rule)
   size_t feasible = 0;            // plans that fit
+  size_t refused = 0;             // valid plans SearchOptions::admit left out
   RejectCounts rejects{};
   Candidate smallest_peak;        // the valid plan closest to fitting (when nothing fits)
   bool any_valid = false;

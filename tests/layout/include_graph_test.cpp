@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Folder -> folders its sources may include. Order: common <- models <- parallel <- estimator <- calibrate/search
-// <- report; parallel <- kernels <- profiler/executor; cli and python on top.
+// <- report/tune; parallel <- kernels <- profiler/executor; cli and python on top.
 const std::map<std::string, std::set<std::string>>& allowed() {
   static const std::map<std::string, std::set<std::string>> a = {
       {"common", {}},
@@ -25,11 +25,12 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"calibrate", {"common", "models", "parallel", "estimator"}},
       {"search", {"common", "models", "parallel", "estimator"}},
       {"report", {"common", "models", "parallel", "estimator", "calibrate", "search"}},
+      {"tune", {"common", "models", "parallel", "estimator", "calibrate", "search"}},
       {"kernels", {"common", "parallel"}},
       {"profiler", {"common", "models", "parallel", "estimator", "calibrate", "kernels"}},
       {"executor", {"common", "models", "parallel", "estimator", "calibrate", "kernels"}},
-      {"cli", {"common", "models", "parallel", "estimator", "calibrate", "search", "report", "kernels", "profiler",
-               "executor"}},
+      {"cli", {"common", "models", "parallel", "estimator", "calibrate", "search", "report", "tune", "kernels",
+               "profiler", "executor"}},
       {"python", {"common", "models", "parallel", "estimator", "calibrate", "search", "report"}},
   };
   return a;

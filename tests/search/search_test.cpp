@@ -156,6 +156,8 @@ TEST(Search, MemoryObjectiveRespectsTheThroughputFloor) {
   ASSERT_FALSE(r.top.empty());
   for (size_t i = 0; i < r.top.size(); ++i) {
     EXPECT_GE(r.top[i].estimate.time.tokens_per_second_per_gpu, 3000);
-    if (i > 0) EXPECT_LE(r.top[i - 1].estimate.memory.peak_bytes, r.top[i].estimate.memory.peak_bytes);
+    if (i > 0) {
+      EXPECT_LE(r.top[i - 1].estimate.memory.peak_bytes, r.top[i].estimate.memory.peak_bytes);
+    }
   }
 }

@@ -1,0 +1,120 @@
+#include "profiler/activity.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <utility>
+
+namespace lcplan::profiler {
+
+const char* to_string(ActivityKind k) {
+  switch (k) {
+    case ActivityKind::Kernel: return "kernel";
+    case ActivityKind::Memcpy: return "memcpy";
+    case ActivityKind::Memset: return "memset";
+  }
+  return "kernel";
+}
+
+std::vector<Interval> Trace::of(uint32_t stream) const {
+  for (const StreamIntervals& s : streams)
+    if (s.stream == stream) return s.intervals;
+  return {};
+}
+
+std::vector<Interval> Trace::all() const {
+  std::vector<Interval> v;
+  for (const StreamIntervals& s : streams) v.insert(v.end(), s.intervals.begin(), s.intervals.end());
+  return v;
+}
+
+Trace build_trace(const std::vector<ActivityBuffer>& buffers) {
+  Trace t;
+  const ActivityRecord* first = nullptr;
+  for (const ActivityBuffer& b : buffers) {
+    t.dropped += b.dropped;
+    if (!first && !b.records.empty()) first = &b.records.front();
+  }
+  if (!first) return t;
+  // Signed offsets from the first record's start, modulo 2^64: order survives a wrap of the counter.
+  const uint64_t ref = first->start;
+  auto offset = [ref](uint64_t ts) { return static_cast<int64_t>(ts - ref); };
+  struct Placed {
+    uint32_t device, stream;
+    int64_t start, end;
+  };
+  std::vector<Placed> placed;
+  int64_t lowest = std::numeric_limits<int64_t>::max();
+  for (const ActivityBuffer& b : buffers)
+    for (const ActivityRecord& r : b.records) {
+      const int64_t s = offset(r.start), e = offset(r.end);
+      if (e < s || (r.start == 0 && r.end == 0)) {
+        ++t.invalid;
+        continue;
+      }
+      placed.push_back({r.device, r.stream, s, e});
+      lowest = std::min(lowest, s);
+    }
+  if (placed.empty()) return t;
+  t.origin = ref + static_cast<uint64_t>(lowest);
+  t.records = placed.size();
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<Interval>> by_stream;
+  for (const Placed& p : placed)
+    by_stream[{p.device, p.stream}].push_back({double(p.start - lowest) * 1e-9, double(p.end - lowest) * 1e-9});
+  for (auto& [key, iv] : by_stream) {
+    std::sort(iv.begin(), iv.end(), [](const Interval& a, const Interval& b) { return a.start < b.start; });
+    t.streams.push_back({key.first, key.second, std::move(iv)});
+  }
+  return t;
+}
+
+std::vector<Interval> merge(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end(), [](const Interval& a, const Interval& b) { return a.start < b.start; });
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (!(i.end > i.start)) continue;
+    if (!out.empty() && i.start <= out.back().end) out.back().end = std::max(out.back().end, i.end);
+    else out.push_back(i);
+  }
+  return out;
+}
+
+double busy(const std::vector<Interval>& v) {
+  double total = 0;
+  for (const Interval& i : merge(v)) total += i.end - i.start;
+  return total;
+}
+
+double both_busy(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  const std::vector<Interval> x = merge(a), y = merge(b);
+  double total = 0;
+  size_t i = 0, j = 0;
+  // Two-pointer sweep over the sorted disjoint unions.
+  while (i < x.size() && j < y.size()) {
+    const double lo = std::max(x[i].start, y[j].start), hi = std::min(x[i].end, y[j].end);
+    if (hi > lo) total += hi - lo;
+    (x[i].end < y[j].end) ? ++i : ++j;
+  }
+  return total;
+}
+
+double span(const std::vector<Interval>& v) {
+  if (v.empty()) return 0;
+  double lo = v.front().start, hi = v.front().end;
+  for (const Interval& i : v) lo = std::min(lo, i.start), hi = std::max(hi, i.end);
+  return hi - lo;
+}
+
+OverlapSummary overlap_summary(const std::vector<Interval>& compute, const std::vector<Interval>& comm) {
+  OverlapSummary s;
+  s.compute_busy = busy(compute);
+  s.comm_busy = busy(comm);
+  s.both = both_busy(compute, comm);
+  s.union_busy = s.compute_busy + s.comm_busy - s.both;
+  std::vector<Interval> all = compute;
+  all.insert(all.end(), comm.begin(), comm.end());
+  s.makespan = span(all);
+  return s;
+}
+
+}  // namespace lcplan::profiler
