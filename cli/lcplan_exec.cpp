@@ -1,4 +1,5 @@
-// lcplan-exec: run a single-stage plan (pp = 1, tp = 1) on CPUs under mpirun and write the measurement record.
+// lcplan-exec: run a plan on CPUs under mpirun (every parallel dimension; executor/README.md) and write the
+// measurement record.
 //   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
 //                                 [--seed S] [--timeout SECONDS] --out measured.json
 // Bad input: one sentence on every rank, exit 2, no output file. A rank that fails mid-step: every rank prints one
@@ -137,6 +138,8 @@ int main(int argc, char** argv) {
       const lcplan::ModelSpec model = lcplan::load_model(plan.model, dir);
       if (const std::string e = lcplan::exec::executor_support_error(model, plan); !e.empty()) throw UserError(e);
       sc = lcplan::exec::executor_case(model, plan, {a.scale, a.layers});
+      // What runs must split over the plan's ranks too (vocabulary and widths over tp after scaling).
+      if (const std::string e = lcplan::exec::executor_support_error(sc.model, sc.plan); !e.empty()) throw UserError(e);
       // The executor's own implementation constants (its workspace reservation, its linear-CE tile).
       const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir),
                                                               lcplan::load_hardware(plan.hardware, dir).name, "lcplan-exec");

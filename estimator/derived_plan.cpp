@@ -119,12 +119,15 @@ double routed_token_copies(const ModelSpec& m, const Plan& p) {
 
 // Microbatches whose activations virtual chunk j of stage r holds at the stage's peak (1F1B).
 // No VPP: pp - r (Korthikanti et al. 2022 section 4.2.3). VPP: Megatron-Bridge's memory estimator
-// (https://github.com/ISEEKYAN/mbridge, memory_estimator/estimate_013.py).
+// (https://github.com/ISEEKYAN/mbridge, memory_estimator/estimate_013.py): chunk 0 pp + max(2 (pp-r-1) + 1 - pp, 0),
+// the last chunk min(2 (pp-r-1) + 1, pp), the others pp. That is what Megatron's interleaved schedule holds at the
+// start of stage r's first backward: its 2 (pp-r-1) + (vpp-1) pp warmup forwards plus one
+// (megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches; executor/schedule.h checks it).
 double inflight(int r, int j, int pp, int vpp, int microbatches) {
   double n;
   if (vpp == 1) n = pp - r;
   else if (j == 0) n = pp + std::max(2 * (pp - r) - 1 - pp, 0);
-  else if (j == vpp - 1) n = std::min(2 * (pp - r) + 1, pp);
+  else if (j == vpp - 1) n = std::min(2 * (pp - r) - 1, pp);
   else n = pp;
   return std::min<double>(n, std::max(microbatches, 1));
 }

@@ -13,15 +13,19 @@
 
 namespace lcplan::exec {
 
-// Sizes of one model as the executor computes with them.
+// Sizes of one model as one rank computes with them: head counts, FFN widths and vocabulary rows are this tensor-
+// parallel rank's share (Megatron's column/row-parallel split, heads divisible by tp), hidden stays whole.
 struct Dims {
-  int H = 0, V = 0;
-  // full attention
+  int H = 0, V = 0;  // hidden, whole vocabulary
+  int tp = 1, tp_rank = 0;
+  int V0 = 0, Vl = 0;  // this rank's vocabulary rows [V0, V0 + Vl) (vocabulary-parallel embedding and LM head)
+  // full attention (this rank's heads)
   int hq = 0, hkv = 0, hd = 0, rotary = 0;
   bool gate = false, qk_norm = false;
   int window = 0;
-  // gated DeltaNet
-  int lk = 0, lv = 0, dk = 0, dv = 0, conv = 0;
+  // gated DeltaNet (this rank's heads); A_log and dt_bias are whole on every TP rank (models/params.cpp counts them
+  // replicated), this rank reads entries lv_first .. lv_first + lv - 1
+  int lk = 0, lv = 0, dk = 0, dv = 0, conv = 0, lv_first = 0;
   int kdim() const { return lk * dk; }  // q and k width
   int vdim() const { return lv * dv; }  // v, z and output width
   int conv_channels() const { return 2 * kdim() + vdim(); }
@@ -31,23 +35,40 @@ struct Dims {
   int kv_cols() const { return hkv * hd; }
   int qkv_cols() const { return q_cols() * (gate ? 2 : 1) + 2 * kv_cols(); }
   // MLPs
-  int F = 0;  // dense ffn
-  moe::MoeConfig moe;  // shared_ffn = shared_experts * shared_ffn
+  int F = 0;  // dense ffn columns on this rank
+  // The MoE layer as kernels/moe runs it: expert_ffn whole (the weights carry the ETP slice). Under tp > 1 the
+  // shared expert is TP-sharded and run by the executor (shared_local columns), so the kernel's shared_ffn is 0.
+  moe::MoeConfig moe;
+  int shared_local = 0;       // shared-expert columns on this rank (all shared experts together)
+  bool shared_gate = false;   // Qwen's sigmoid gate on the shared expert
+  int etp = 1, etp_rank = 0;  // expert tensor parallelism: each routed expert's FFN columns split over etp ranks
   bool tied = false;
 };
-Dims make_dims(const ModelSpec& m);
+// tp ranks split heads, FFN columns and vocabulary rows (the caller checked divisibility: executor_support_error).
+Dims make_dims(const ModelSpec& m, int tp = 1, int tp_rank = 0, int etp = 1, int etp_rank = 0);
 
 enum class Init : uint8_t { Ones, Uniform, Sign, ALog, DtBias, Zero };
+
+// A range [first, first + count) of global row or column indices.
+struct Span {
+  size_t first = 0, count = 0;
+};
 
 struct TensorSpec {
   std::string name;
   bool expert = false;   // lives in the unit's expert array (routed experts of this EP rank)
   size_t offset = 0;     // within the dense or expert array
-  size_t size = 0;       // elements on this rank (experts: local ones)
-  size_t global_first = 0;  // index of element 0 in the whole (all-expert) tensor, for the initialiser
+  size_t size = 0;       // elements on this rank
+  // Where this rank's elements sit in the whole tensor, a row-major matrix `global_cols` wide: the rows of `rows` by
+  // the columns of `cols`, in order (a TP or ETP shard is a slice of the same model, for the initialiser).
+  size_t global_cols = 0;
+  std::vector<Span> rows, cols;
+  bool tp_replicated = false;  // whole on every TP rank; each computes a partial gradient (summed over TP)
   Init init = Init::Uniform;
   float scale = 1;       // uniform(-scale, scale)
 };
+// Index in the whole tensor of this rank's element i.
+size_t global_index(const TensorSpec& t, size_t i);
 
 // Offsets of a decoder layer's tensors (dense array unless noted).
 struct LayerOffsets {
@@ -63,16 +84,28 @@ enum class UnitKind : uint8_t { Embedding, Layer, FinalNorm, LmHead };
 
 struct UnitLayout {
   UnitKind kind = UnitKind::Layer;
+  int id = 0;      // index in the whole model's unit list (the initialiser's key: every stage builds the same model)
   int layer = -1;  // decoder layer index
   std::string name;
   size_t n_dense = 0, n_expert = 0;
   std::vector<TensorSpec> tensors;
   LayerOffsets off;
+  bool shared_copy = false;  // the last stage's copy of a tied embedding (pp > 1): its gradient is summed with the
+                             // first stage's and counted once in the gradient norm
 };
 
-// Units in forward order: embedding, decoder layers, final norm, LM head (absent when tied: the embedding serves).
-// `ep_rank` / `ep_size` select this rank's routed experts.
-std::vector<UnitLayout> model_units(const ModelSpec& m, const Dims& d, int ep_rank, int ep_size);
+// Which shard of the model a rank holds.
+struct ModelShard {
+  int ep_rank = 0, ep_size = 1;    // routed experts [ep_rank * E/ep, ...)
+  int etp_rank = 0, etp_size = 1;  // each routed expert's FFN columns
+};
+
+// Every unit of the model in forward order: embedding, decoder layers, final norm, LM head (absent when tied: the
+// embedding serves), shaped for this rank's TP shard (`d`) and expert shard.
+std::vector<UnitLayout> model_units(const ModelSpec& m, const Dims& d, const ModelShard& s = {});
+// The last pipeline stage's copy of a tied embedding (Megatron keeps one there when pp > 1): the embedding's tensors
+// and initial values, used as the LM head.
+UnitLayout tied_head_copy(const UnitLayout& embedding);
 
 // The value of element i of tensor `t` in unit `unit` (deterministic in seed, unit, tensor and the global index).
 float init_value(uint64_t seed, int unit, int tensor, const TensorSpec& t, size_t i);

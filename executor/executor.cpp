@@ -11,7 +11,9 @@
 #include "executor/layers.h"
 #include "executor/ops.h"
 #include "executor/scale.h"
+#include "executor/schedule.h"
 #include "kernels/comm/groups.h"
+#include "parallel/pipeline_split.h"
 
 namespace lcplan::exec {
 
@@ -45,21 +47,23 @@ struct Fsdp {
   }
 };
 
-Keep keep_of(const Plan& p, int layer) {
+// `pos`: the layer's position in its virtual stage.
+Keep keep_of(const Plan& p, int pos) {
   switch (p.recompute) {
     case Recompute::None: return Keep::All;
     case Recompute::Selective: return Keep::Selective;
-    case Recompute::Full:  // Megatron's block method: the first recompute_layers layers (0 = all) of the stage
-      return p.recompute_layers == 0 || layer < p.recompute_layers ? Keep::InputOnly : Keep::All;
+    case Recompute::Full:  // Megatron's block method: the first recompute_layers layers (0 = all) of each virtual stage
+      return p.recompute_layers == 0 || pos < p.recompute_layers ? Keep::InputOnly : Keep::All;
   }
   return Keep::All;
 }
 
-constexpr int kReportDoubles = 1 + kPhases * (1 + 2 * kCategories) + 1 + kPhases + 4;
+constexpr int kReportDoubles = 2 + kPhases * (1 + 2 * kCategories) + 1 + kPhases + 4;
 
 std::vector<double> pack(const RankReport& r) {
   std::vector<double> v;
   v.push_back(r.rank);
+  v.push_back(r.stage);
   for (const PhasePeak& p : r.phases) {
     v.push_back(p.seen ? 1 : 0);
     for (double b : p.at_peak.bytes) v.push_back(b);
@@ -78,6 +82,7 @@ RankReport unpack(const double* v) {
   RankReport r;
   size_t i = 0;
   r.rank = int(v[i++]);
+  r.stage = int(v[i++]);
   for (PhasePeak& p : r.phases) {
     p.seen = v[i++] != 0;
     for (double& b : p.at_peak.bytes) b = v[i++];
@@ -130,7 +135,8 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   } free_groups_at_exit{pg};
 
   Tracker tr(o.workspace_reserve);
-  const Dims d = make_dims(m);
+  const int pp = q.pp, vpp = q.vpp, stage = pg.pp.rank, chunks_total = pp * vpp;
+  const Dims d = make_dims(m, q.tp, pg.tp.rank, q.etp, pg.etp.rank);
   const bool has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
   Ctx c{tr, d, pg};
   c.seq = p.seq_len;
@@ -141,6 +147,9 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   c.chunks = q.cp > 1 ? 2 : 1;
   c.chunk_len = c.seq_local / c.chunks;
   c.tokens = int64_t(c.mb) * c.seq_local;
+  c.tp = q.tp;
+  c.tp_rank = pg.tp.rank;
+  c.rows = c.tokens / q.tp;  // sequence parallelism: this TP rank's consecutive token rows
   c.rope_theta = o.rope_theta;
   c.linear_ce = p.linear_ce;
   c.ce_vocab_tile = o.ce_vocab_tile;
@@ -151,35 +160,115 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
                       " tokens, fewer than the gated DeltaNet convolution's " + std::to_string(d.conv - 1) +
                       " history tokens; use a longer sequence or a smaller cp");
 
-  ParamStore ps(tr, pg, model_units(m, d, pg.ep.rank, pg.ep.size), p.optimizer_sharding, o.seed);
-  const std::vector<UnitLayout>& units = ps.units();
+  // This stage's units: the embedding on stage 0, its decoder layers as the plan's split places them (the
+  // estimator's own code, parallel/pipeline_split.h), final norm and LM head on the last stage (Megatron's placement;
+  // a tied embedding gets a copy there when pp > 1).
   const int n = int(m.layers.size());
-  const int emb = 0, fn = n + 1, head = d.tied ? 0 : n + 2;
+  const SplitResult split = split_layers(n, pp, vpp, p.pipeline);
+  if (!split.ok) throw UserError(split.error);
+  const std::vector<LayerPlace> places = place_layers(split.split);
+  const std::vector<UnitLayout> all = model_units(m, d, {pg.ep.rank, q.ep, pg.etp.rank, q.etp});
+  std::vector<UnitLayout> mine;
+  std::vector<int> unit_of_layer(n, -1);
+  std::vector<std::vector<int>> chunk_layers(vpp);  // decoder layers of each virtual chunk on this stage, in order
+  int emb = -1, fn = -1, head = -1;
+  if (stage == 0) {
+    emb = int(mine.size());
+    mine.push_back(all[0]);
+  }
+  for (int l = 0; l < n; ++l)
+    if (places[l].stage == stage) {
+      unit_of_layer[l] = int(mine.size());
+      mine.push_back(all[1 + l]);
+      chunk_layers[places[l].vchunk].push_back(l);
+    }
+  if (stage == pp - 1) {
+    fn = int(mine.size());
+    mine.push_back(all[n + 1]);
+    if (!d.tied) {
+      head = int(mine.size());
+      mine.push_back(all[n + 2]);
+    } else if (pp == 1) {
+      head = emb;
+    } else {
+      head = int(mine.size());
+      mine.push_back(tied_head_copy(all[0]));
+    }
+  }
+  ParamStore ps(tr, pg, mine, p.optimizer_sharding, o.seed);
+  const std::vector<UnitLayout>& units = ps.units();
   const bool fsdp = p.optimizer_sharding == OptimizerSharding::Fsdp;
-  // Forward + loss order, then backward (-1: no weights needed, the embedding's backward scatters rows).
-  std::vector<int> order;
-  order.push_back(emb);
-  for (int l = 0; l < n; ++l) order.push_back(1 + l);
-  order.push_back(fn);
-  order.push_back(head);
-  for (int l = n - 1; l >= 0; --l) order.push_back(1 + l);
-  const size_t i_fn = size_t(n) + 1, i_head = size_t(n) + 2;
-  auto i_bwd = [&](int l) { return size_t(n) + 3 + size_t(n - 1 - l); };
 
   const int M = std::max(1, num_microbatches(p));
+  const std::vector<PipeAction> actions = pipeline_schedule(pp, vpp, stage, M);
+  const auto vstage = [&](int chunk) { return chunk * pp + stage; };
+  const bool first_v_here = stage == 0, last_v_here = stage == pp - 1;
+  // Units in the order the step uses them (FSDP gathers them in this order, prefetching the next; -1: none).
+  std::vector<int> order;
+  std::vector<char> no_prefetch;  // the LM head: the final norm's buffer is still in use
+  for (const PipeAction& a : actions) {
+    const std::vector<int>& ls = chunk_layers[a.chunk];
+    if (a.forward) {
+      if (vstage(a.chunk) == 0) order.push_back(emb);
+      for (int l : ls) order.push_back(unit_of_layer[l]);
+      if (vstage(a.chunk) == chunks_total - 1) {
+        order.push_back(fn);
+        order.push_back(head);
+      }
+    } else {
+      for (auto it = ls.rbegin(); it != ls.rend(); ++it) order.push_back(unit_of_layer[*it]);
+    }
+  }
   const int dp = pg.dp.size, dp_rank = pg.dp.rank;
   const double global_tokens = double(effective_global_batch(p)) * double(p.seq_len);
+  const int64_t R = c.rows, H = d.H;
 
   ExecResult res;
   res.microbatches = M;
   res.setup_seconds = since(t_setup);
   RankReport rep;
   rep.rank = world.rank;
+  rep.stage = stage;
   auto hook = [&](Phase ph, int step, int mbatch) {
     if (world.rank == o.fail_rank && step == 1 && mbatch == 0 && o.fail_phase == to_string(ph))
       throw std::runtime_error(std::string("injected failure at the start of the ") + to_string(ph) +
                                " phase (test hook LCPLAN_EXEC_FAIL=" + std::to_string(o.fail_rank) + ":" +
                                o.fail_phase + ")");
+  };
+  // Token ids and targets of every local token of microbatch `mb` (sample (mb dp + d) micro_batch + j).
+  auto data = [&](int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
+    tokens = Buf<int64_t>(tr, Category::Workspace, size_t(c.tokens));
+    targets = Buf<int64_t>(tr, Category::Workspace, size_t(c.tokens));
+    for (int j = 0; j < c.mb; ++j) {
+      const int64_t sample = (int64_t(mbatch) * dp + dp_rank) * c.mb + j;
+      for (int64_t r = 0; r < c.seq_local; ++r) {
+        const int64_t pos = c.chunk_start(int(r / c.chunk_len)) + r % c.chunk_len;
+        tokens[size_t(j * c.seq_local + r)] = data_token(o.seed, sample, pos, d.V);
+        targets[size_t(j * c.seq_local + r)] = data_token(o.seed, sample, pos + 1, d.V);
+      }
+    }
+  };
+  // Point-to-point messages between pipeline stages (Megatron p2p_communication): a virtual stage's output
+  // activations (bf16, this rank's sequence-parallel rows) to the next, input gradients (fp32) to the previous. A
+  // tag per sending virtual stage and direction; each pair's messages arrive in microbatch order.
+  const int next_stage = (stage + 1) % pp, prev_stage = (stage + pp - 1) % pp;
+  auto fwd_tag = [](int v) { return 1000 + v; };
+  auto bwd_tag = [](int v) { return 9000 + v; };
+  struct Pending {
+    comm::Request req;
+    Buf<bf16> act;
+    Buf<float> grad;
+  };
+  std::vector<Pending> sends;
+  auto reap = [&](bool all_of_them) {  // completed sends release their buffers
+    for (size_t i = 0; i < sends.size();) {
+      if (all_of_them) comm::wait(sends[i].req);
+      if (all_of_them || comm::test(sends[i].req)) {
+        sends.erase(sends.begin() + long(i));
+      } else {
+        ++i;
+      }
+    }
   };
 
   const double cpu0 = cpu_now();
@@ -191,96 +280,158 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     if (fsdp) {
       for (auto& s : fs.slot) s = Buf<bf16>(tr, Category::FsdpBuffers, ps.buffer_elems());
     }
-    for (int mbatch = 0; mbatch < M; ++mbatch) {
-      // ---- forward
-      auto t0 = Clock::now();
-      tr.set_phase(Phase::Forward);
-      hook(Phase::Forward, step, mbatch);
-      Buf<int64_t> tokens(tr, Category::Workspace, size_t(c.tokens)), targets(tr, Category::Workspace, size_t(c.tokens));
-      for (int j = 0; j < c.mb; ++j) {
-        const int64_t sample = (int64_t(mbatch) * dp + dp_rank) * c.mb + j;
-        for (int64_t r = 0; r < c.seq_local; ++r) {
-          const int64_t pos = c.chunk_start(int(r / c.chunk_len)) + r % c.chunk_len;
-          tokens[size_t(j * c.seq_local + r)] = data_token(o.seed, sample, pos, d.V);
-          targets[size_t(j * c.seq_local + r)] = data_token(o.seed, sample, pos + 1, d.V);
-        }
+    size_t fi = 0;  // cursor in `order`
+    auto unit = [&](int u, bool prefetch) -> UnitView {
+      if (!fsdp) {
+        ++fi;
+        return ps.view(u);
       }
-      std::vector<LayerSaved> saved(n);
-      {
-        const UnitView ew = fsdp ? fs.at(order, 0, true) : ps.view(emb);
-        saved[0].x = Buf<bf16>(tr, Category::Activations, size_t(c.tokens * d.H));
-        for (int64_t t = 0; t < c.tokens; ++t)
-          std::copy(ew.dense + tokens[size_t(t)] * d.H, ew.dense + (tokens[size_t(t)] + 1) * d.H,
-                    saved[0].x.data() + t * d.H);
-      }
-      Buf<float> xL;
-      for (int l = 0; l < n; ++l) {
-        const UnitView w = fsdp ? fs.at(order, size_t(1 + l), true) : ps.view(1 + l);
-        Buf<float> out(tr, Category::Workspace, size_t(c.tokens * d.H));
-        layer_forward(c, units[1 + l], w, m.layers[l], keep_of(p, l), saved[l], out.data());
-        if (l + 1 < n) {
-          saved[l + 1].x = Buf<bf16>(tr, Category::Activations, out.size());
-          to_bf16(out.data(), saved[l + 1].x.data(), out.size());
+      const UnitView v = fs.at(order, fi, prefetch);
+      ++fi;
+      return v;
+    };
+    // Saved tensors per (microbatch, chunk), and the loss's gradient waiting for the last chunk's backward.
+    std::vector<std::vector<std::vector<LayerSaved>>> saved(M);
+    for (auto& per_chunk : saved) per_chunk.resize(vpp);
+    std::vector<Buf<float>> loss_grad(M);
+    for (const PipeAction& a : actions) {
+      const int v = vstage(a.chunk), mbatch = a.microbatch;
+      const std::vector<int>& ls = chunk_layers[a.chunk];
+      if (a.forward) {
+        // ---- forward of this virtual stage (and, on the last, the loss)
+        auto t0 = Clock::now();
+        tr.set_phase(Phase::Forward);
+        hook(Phase::Forward, step, mbatch);
+        std::vector<LayerSaved>& sv = saved[mbatch][a.chunk];
+        sv.resize(std::max<size_t>(1, ls.size()));
+        sv[0].x = Buf<bf16>(tr, Category::Activations, size_t(R * H));
+        if (v == 0) {
+          Buf<int64_t> tokens, targets;
+          data(mbatch, tokens, targets);
+          const UnitView ew = unit(emb, true);
+          embedding_forward(c, ew.dense, tokens.data(), sv[0].x.data());
         } else {
-          xL = std::move(out);
+          comm::recv(pg.pp, sv[0].x.data(), sv[0].x.size(), comm::DType::BF16, prev_stage, fwd_tag(v - 1));
         }
-      }
-      rep.phase_seconds[0] += since(t0);
-      // ---- loss (forward and backward of the final norm, LM head and cross-entropy)
-      t0 = Clock::now();
-      tr.set_phase(Phase::Loss);
-      hook(Phase::Loss, step, mbatch);
-      Buf<float> dx(tr, Category::Workspace, size_t(c.tokens * d.H));
-      if (fsdp) {
-        const UnitView fw = fs.at(order, i_fn, true);
-        const UnitView hw = fs.at(order, i_head, false);  // final norm still in use: nothing prefetched over it
-        // The LM head's and final norm's gradients are reduce-scattered straight from the loss's own fp32 buffers
-        // (workspace), so the unit-gradient buffer first exists in the backward phase, as the estimator has it.
-        Buf<float> hg(tr, Category::Workspace, ps.unit_buffer_elems(head));
-        Buf<float> fg(tr, Category::Workspace, ps.unit_buffer_elems(fn));
-        loss_sum += loss_forward_backward(c, fw.dense, hw.dense, fg.data(), hg.data(), xL.data(), targets.data(),
-                                          1.0 / global_tokens, dx.data());
-        ps.reduce_into_shard(head, hg.data());
-        ps.reduce_into_shard(fn, fg.data());
+        Buf<float> out;
+        if (ls.empty()) {  // a virtual stage without decoder layers passes its input on
+          out = widen(tr, sv[0].x.data(), sv[0].x.size());
+        }
+        for (size_t k = 0; k < ls.size(); ++k) {
+          const int l = ls[k];
+          const UnitView w = unit(unit_of_layer[l], true);
+          out = Buf<float>(tr, Category::Workspace, size_t(R * H));
+          layer_forward(c, units[unit_of_layer[l]], w, m.layers[l], keep_of(p, places[l].pos), sv[k], out.data());
+          if (k + 1 < ls.size()) {
+            sv[k + 1].x = Buf<bf16>(tr, Category::Activations, out.size());
+            to_bf16(out.data(), sv[k + 1].x.data(), out.size());
+          }
+        }
+        if (ls.empty()) sv.clear();
+        rep.phase_seconds[0] += since(t0);
+        if (v == chunks_total - 1) {
+          // ---- loss (forward and backward of the final norm, LM head and cross-entropy)
+          t0 = Clock::now();
+          tr.set_phase(Phase::Loss);
+          hook(Phase::Loss, step, mbatch);
+          Buf<int64_t> tokens, targets;
+          data(mbatch, tokens, targets);
+          tokens.reset();
+          Buf<float> dx(tr, Category::Workspace, size_t(R * H));
+          double l = 0;
+          if (fsdp) {
+            const UnitView fw = unit(fn, true);
+            const UnitView hw = unit(head, false);  // final norm still in use: nothing prefetched over it
+            // The LM head's and final norm's gradients are reduce-scattered straight from the loss's own fp32
+            // buffers (workspace), so the unit-gradient buffer first exists in the backward phase, as the estimator
+            // has it.
+            Buf<float> hg(tr, Category::Workspace, ps.unit_buffer_elems(head));
+            Buf<float> fg(tr, Category::Workspace, ps.unit_buffer_elems(fn));
+            l = loss_forward_backward(c, fw.dense, hw.dense, fg.data(), hg.data(), out.data(), targets.data(),
+                                      1.0 / global_tokens, dx.data());
+            ps.reduce_into_shard(head, hg.data());
+            ps.reduce_into_shard(fn, fg.data());
+          } else {
+            unit(fn, false);
+            unit(head, false);
+            l = loss_forward_backward(c, ps.view(fn).dense, ps.view(head).dense, ps.grad(fn).dense,
+                                      ps.grad(head).dense, out.data(), targets.data(), 1.0 / global_tokens, dx.data());
+          }
+          if (pg.tp.rank == 0) loss_sum += l;  // every TP rank computed the whole loss
+          loss_grad[mbatch] = std::move(dx);
+          rep.phase_seconds[1] += since(t0);
+        } else {
+          Pending s;
+          s.act = Buf<bf16>(tr, Category::Workspace, out.size());
+          to_bf16(out.data(), s.act.data(), out.size());
+          s.req = comm::isend(pg.pp, s.act.data(), s.act.size(), comm::DType::BF16, next_stage, fwd_tag(v));
+          sends.push_back(std::move(s));
+        }
       } else {
-        loss_sum += loss_forward_backward(c, ps.view(fn).dense, ps.view(head).dense, ps.grad(fn).dense,
-                                          ps.grad(head).dense, xL.data(), targets.data(), 1.0 / global_tokens,
-                                          dx.data());
-      }
-      xL.reset();
-      rep.phase_seconds[1] += since(t0);
-      // ---- backward
-      t0 = Clock::now();
-      tr.set_phase(Phase::Backward);
-      hook(Phase::Backward, step, mbatch);
-      if (fsdp) fs.grad = Buf<float>(tr, Category::FsdpBuffers, ps.buffer_elems());
-      for (int l = n - 1; l >= 0; --l) {
-        Buf<float> dprev(tr, Category::Workspace, size_t(c.tokens * d.H));
-        if (fsdp) {
-          const UnitView w = fs.at(order, i_bwd(l), l > 0);
-          const UnitGrad g = ps.buffer_grad(1 + l, fs.grad.data());
-          layer_backward(c, units[1 + l], w, g, m.layers[l], keep_of(p, l), saved[l], dx.data(), dprev.data());
-          ps.reduce_into_shard(1 + l, fs.grad.data());
+        // ---- backward of this virtual stage
+        const auto t0 = Clock::now();
+        tr.set_phase(Phase::Backward);
+        hook(Phase::Backward, step, mbatch);
+        if (fsdp) fs.grad = Buf<float>(tr, Category::FsdpBuffers, ps.buffer_elems());
+        Buf<float> dx;
+        if (v == chunks_total - 1) {
+          dx = std::move(loss_grad[mbatch]);
         } else {
-          layer_backward(c, units[1 + l], ps.view(1 + l), ps.grad(1 + l), m.layers[l], keep_of(p, l), saved[l],
-                         dx.data(), dprev.data());
+          dx = Buf<float>(tr, Category::Workspace, size_t(R * H));
+          comm::recv(pg.pp, dx.data(), dx.size(), comm::DType::F32, next_stage, bwd_tag(v + 1));
         }
-        dx = std::move(dprev);
+        std::vector<LayerSaved>& sv = saved[mbatch][a.chunk];
+        for (int k = int(ls.size()) - 1; k >= 0; --k) {
+          const int l = ls[size_t(k)], u = unit_of_layer[l];
+          Buf<float> dprev(tr, Category::Workspace, size_t(R * H));
+          const UnitView w = unit(u, true);
+          if (fsdp) {
+            const UnitGrad g = ps.buffer_grad(u, fs.grad.data());
+            layer_backward(c, units[u], w, g, m.layers[l], keep_of(p, places[l].pos), sv[size_t(k)], dx.data(),
+                           dprev.data());
+            ps.reduce_into_shard(u, fs.grad.data());
+          } else {
+            layer_backward(c, units[u], w, ps.grad(u), m.layers[l], keep_of(p, places[l].pos), sv[size_t(k)],
+                           dx.data(), dprev.data());
+          }
+          dx = std::move(dprev);
+        }
+        sv.clear();
+        if (v == 0) {  // embedding: scatter-add the rows' gradients
+          Buf<int64_t> tokens, targets;
+          data(mbatch, tokens, targets);
+          const UnitGrad g = fsdp ? ps.buffer_grad(emb, fs.grad.data()) : ps.grad(emb);
+          embedding_backward(c, tokens.data(), dx.data(), g.dense);
+          if (fsdp) ps.reduce_into_shard(emb, fs.grad.data());
+        } else {
+          Pending s;
+          s.grad = std::move(dx);
+          s.req = comm::isend(pg.pp, s.grad.data(), s.grad.size(), comm::DType::F32, prev_stage, bwd_tag(v));
+          sends.push_back(std::move(s));
+        }
+        if (fsdp) fs.grad.reset();
+        rep.phase_seconds[2] += since(t0);
       }
-      {  // embedding: scatter-add the rows' gradients
-        const UnitGrad g = fsdp ? ps.buffer_grad(emb, fs.grad.data()) : ps.grad(emb);
-        for (int64_t t = 0; t < c.tokens; ++t)
-          for (int64_t h = 0; h < d.H; ++h) g.dense[tokens[size_t(t)] * d.H + h] += dx[size_t(t * d.H + h)];
-        if (fsdp) ps.reduce_into_shard(emb, fs.grad.data());
-      }
-      if (fsdp) fs.grad.reset();
-      rep.phase_seconds[2] += since(t0);
+      reap(false);
     }
+    reap(true);
     for (auto& s : fs.slot) s.reset();
     // ---- optimizer
     auto t0 = Clock::now();
     tr.set_phase(Phase::Optimizer);
     hook(Phase::Optimizer, step, 0);
+    if (d.tied && pp > 1 && (first_v_here || last_v_here)) {
+      // The tied embedding's two copies (first stage: embedding, last stage: LM head) get the sum of both
+      // gradients (Megatron's embedding group all-reduce), added in stage order on both so they stay identical.
+      const int u = first_v_here ? emb : head, peer = first_v_here ? pp - 1 : 0;
+      const size_t len = ps.dense_grad_size(u);
+      Buf<float> other(tr, Category::Workspace, len);
+      comm::Request r = comm::isend(pg.pp, ps.dense_grad_array(u), len, comm::DType::F32, peer, 17000);
+      comm::recv(pg.pp, other.data(), len, comm::DType::F32, peer, 17000);
+      comm::wait(r);
+      float* g = ps.dense_grad_array(u);
+      for (size_t i = 0; i < len; ++i) g[i] = first_v_here ? g[i] + other[i] : other[i] + g[i];
+    }
     ps.sync_grads();
     double sums[2] = {loss_sum, ps.grad_sq_owned()};
     comm::all_reduce(world, sums, 2, comm::DType::F64, comm::ReduceOp::Sum);
@@ -298,10 +449,10 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   rep.tracker_ops = double(tr.operations());
   rep.cpu_seconds = cpu_now() - cpu0;
   // Every rank's report to every rank (the step time is the slowest rank's).
-  const std::vector<double> mine = pack(rep);
-  std::vector<double> all(size_t(kReportDoubles) * world.size);
-  comm::all_gather(world, mine.data(), all.data(), kReportDoubles, comm::DType::F64);
-  for (int r = 0; r < world.size; ++r) res.ranks.push_back(unpack(all.data() + size_t(r) * kReportDoubles));
+  const std::vector<double> mine_report = pack(rep);
+  std::vector<double> all_reports(size_t(kReportDoubles) * world.size);
+  comm::all_gather(world, mine_report.data(), all_reports.data(), kReportDoubles, comm::DType::F64);
+  for (int r = 0; r < world.size; ++r) res.ranks.push_back(unpack(all_reports.data() + size_t(r) * kReportDoubles));
   comm::all_reduce(world, res.step_seconds.data(), res.step_seconds.size(), comm::DType::F64, comm::ReduceOp::Max);
   return res;
 }

@@ -1,7 +1,8 @@
-// lcplan-exec's training step on CPUs: the model of a single-stage plan (pp = 1, tp = 1) built layer by layer from
-// kernels/, data parallel with dist_opt / FSDP sharding, context parallelism, expert parallelism through the
-// chunked MoE layer, recompute as the estimator defines it, Adam; every tensor charged to the estimator's memory
-// categories (executor/tracking_allocator.h). See executor/README.md.
+// lcplan-exec's training step on CPUs: the plan's model built layer by layer from kernels/, pipeline parallel (1F1B
+// and the interleaved schedule, executor/schedule.h) over the stages and virtual stages the plan's split gives,
+// tensor parallel with sequence parallelism, data parallel with dist_opt / FSDP sharding, context parallelism,
+// expert (and expert tensor) parallelism through the chunked MoE layer, recompute as the estimator defines it, Adam;
+// every tensor charged to the estimator's memory categories (executor/tracking_allocator.h). See executor/README.md.
 #pragma once
 
 #include <array>
@@ -32,6 +33,7 @@ struct ExecOptions {
 // One rank's measurements.
 struct RankReport {
   int rank = 0;
+  int stage = 0;                            // pipeline stage (Megatron's rank order: group_ranks(.., PP, ..))
   std::array<PhasePeak, kPhases> phases{};  // each phase's peak total and its breakdown
   double workspace_high_water = 0;          // most workspace bytes live at once (the reservation is reported apart)
   std::array<double, kPhases> phase_seconds{};  // wall seconds in each phase, summed over all steps

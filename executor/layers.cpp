@@ -5,10 +5,13 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <Eigen/Core>
+
 #include "executor/ops.h"
 #include "kernels/attention/attention.h"
 #include "kernels/linear_attention/linear_attention.h"
 #include "kernels/linear_ce/linear_ce.h"
+#include "kernels/linear_ce/linear_ce_vocab_parallel.h"
 #include "kernels/moe/cpu_gemm.h"
 #include "kernels/moe/moe_layer.h"
 #include "kernels/moe/moe_math.h"
@@ -58,6 +61,64 @@ void cols_in(float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64
 
 const bf16* wd(const UnitView& w, size_t off) { return w.dense + off; }
 float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
+
+// ---------------------------------------------------------------- tensor and sequence parallelism (Megatron)
+
+// A [tokens x w] tensor: this rank's rows all-gathered over TP, or (without TP) the rows themselves, not copied.
+struct Rows {
+  WS buf;
+  const float* p = nullptr;
+};
+
+// Sequence-parallel all-gather (Megatron gather_from_sequence_parallel_region): [rows x w] -> [tokens x w] in TP-rank
+// order. The values are bf16-exact, so gathering fp32 moves the same numbers a bf16 all-gather would.
+Rows sp_gather(Ctx& c, const float* mine, int64_t w) {
+  if (c.tp == 1) return {WS(), mine};
+  Rows r{ws(c, size_t(c.tokens * w)), nullptr};
+  comm::all_gather(c.pg.tp, mine, r.buf.data(), size_t(c.rows * w), comm::DType::F32);
+  r.p = r.buf.data();
+  return r;
+}
+
+// Sequence-parallel reduce-scatter (Megatron reduce_scatter_to_sequence_parallel_region): partial sums [tokens x w]
+// summed over TP, this rank's rows into out [rows x w].
+void sp_reduce_scatter(Ctx& c, const float* partial, float* out, int64_t w) {
+  comm::reduce_scatter(c.pg.tp, partial, out, size_t(c.rows * w), comm::DType::F32, comm::ReduceOp::Sum);
+}
+
+// The same for fp64 partial sums of the executor's GEMMs (ops.h): reduced in fp64, rounded once to fp32.
+void sp_reduce_scatter64(Ctx& c, const double* partial, float* out, int64_t w) {
+  Buf<double> mine(c.tr, Category::Workspace, size_t(c.rows * w));
+  comm::reduce_scatter(c.pg.tp, partial, mine.data(), mine.size(), comm::DType::F64, comm::ReduceOp::Sum);
+  for (size_t i = 0; i < mine.size(); ++i) out[i] = float(mine[i]);
+}
+
+// Row-parallel GEMM (Megatron RowParallelLinear with sequence parallelism): y [rows x n] = the TP sum of x [tokens x
+// k] (this rank's k columns) times W [k x n] (this rank's k rows).
+void row_parallel(Ctx& c, const float* x, const bf16* W, float* y, int64_t k, int64_t n) {
+  if (c.tp == 1) return matmul(c.tr, x, W, y, c.tokens, k, n);
+  Buf<double> partial(c.tr, Category::Workspace, size_t(c.tokens * n));
+  matmul64(c.tr, x, W, partial.data(), c.tokens, k, n);
+  sp_reduce_scatter64(c, partial.data(), y, n);
+}
+
+// Its backward: dy [rows x n] all-gathered; dx [tokens x k] = dy W^T, dW += x^T dy.
+void row_parallel_bwd(Ctx& c, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t k,
+                      int64_t n) {
+  const Rows d = sp_gather(c, dy, n);
+  matmul_bwd(c.tr, x, W, d.p, dx, dW, c.tokens, k, n);
+}
+
+// Column-parallel GEMM backward (Megatron ColumnParallelLinear with sequence parallelism): x_all [tokens x k] is the
+// all-gathered input, dy [tokens x n] this rank's columns; dW += x_all^T dy, and the input gradient dy W^T, a partial
+// sum over TP, reduce-scattered into dx [rows x k].
+void col_parallel_bwd(Ctx& c, const float* x_all, const bf16* W, const float* dy, float* dx, float* dW, int64_t k,
+                      int64_t n) {
+  if (c.tp == 1) return matmul_bwd(c.tr, x_all, W, dy, dx, dW, c.tokens, k, n);
+  Buf<double> partial(c.tr, Category::Workspace, size_t(c.tokens * k));
+  matmul_bwd64(c.tr, x_all, W, dy, partial.data(), dW, c.tokens, k, n);
+  sp_reduce_scatter64(c, partial.data(), dx, k);
+}
 
 // ---------------------------------------------------------------- full attention, context parallel
 
@@ -222,11 +283,11 @@ void core_attention_fwd(Ctx& c, bool sliding, const float* q, const float* k, co
 void attention_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* x, Keep keep,
                    LayerSaved& sv, float* y) {
   const Dims& d = c.d;
-  const int64_t T = c.tokens, H = d.H, qc = d.q_cols();
-  WS n1 = ws(c, size_t(T * H));
-  rmsnorm(x, wd(w, u.off.norm1), n1.data(), T, H);
+  const int64_t T = c.tokens, R = c.rows, H = d.H, qc = d.q_cols();
+  WS n1 = ws(c, size_t(R * H));
+  rmsnorm(x, wd(w, u.off.norm1), n1.data(), R, H);
   round_bf16_inplace(n1.data(), n1.size());
-  QKV r = project_qkv(c, u, w, n1.data(), nullptr);
+  QKV r = project_qkv(c, u, w, sp_gather(c, n1.data(), H).p, nullptr);
   WS o = ws(c, size_t(T * qc));
   Buf<float> lse(c.tr, keep == Keep::All ? Category::Activations : Category::Workspace, size_t(T * d.hq));
   core_attention_fwd(c, l.sliding, r.q.data(), r.k.data(), r.v.data(), o.data(), lse.data());
@@ -237,8 +298,8 @@ void attention_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSp
     for (int64_t i = 0; i < T * qc; ++i) go[size_t(i)] = round_bf16(o[size_t(i)] * sigmoidf(r.gate[size_t(i)]));
     oproj_in = go.data();
   }
-  matmul(c.tr, oproj_in, wd(w, u.off.wo), y, T, qc, H);
-  round_bf16_inplace(y, size_t(T * H));
+  row_parallel(c, oproj_in, wd(w, u.off.wo), y, qc, H);
+  round_bf16_inplace(y, size_t(R * H));
   if (keep == Keep::InputOnly) return;
   if (keep == Keep::All) {
     sv.n1 = save16(c, n1.data(), n1.size());
@@ -266,7 +327,7 @@ void attention_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGra
     go = load(c, sv.go);
   }
   WS dgo = ws(c, size_t(T * qc));
-  matmul_bwd(c.tr, d.gate ? go.data() : o.data(), wd(w, u.off.wo), dy, dgo.data(), gd(g, u.off.wo), T, qc, H);
+  row_parallel_bwd(c, d.gate ? go.data() : o.data(), wd(w, u.off.wo), dy, dgo.data(), gd(g, u.off.wo), qc, H);
   WS dO = ws(c, size_t(T * qc)), dgate = ws(c, d.gate ? size_t(T * qc) : 0);
   for (int64_t i = 0; i < T * qc; ++i) {
     if (d.gate) {
@@ -294,11 +355,12 @@ void attention_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGra
   dO.reset();
   rope_all(c, dq.data(), d.hq, true);
   rope_all(c, dk.data(), d.hkv, true);
-  WS n1 = load(c, sv.n1);
+  WS n1_mine = load(c, sv.n1);
+  const Rows n1 = sp_gather(c, n1_mine.data(), H);  // the saved rows, re-gathered (sequence parallelism)
   if (d.qk_norm) {
     // The norms' inputs are the raw projections: recomputed from n1 (one GEMM) rather than kept.
     WS raw;
-    QKV pre = project_qkv(c, u, w, n1.data(), &raw);
+    QKV pre = project_qkv(c, u, w, n1.p, &raw);
     const int64_t P = d.qkv_cols();
     WS qr = ws(c, size_t(T * qc)), kr = ws(c, size_t(T * kvc));
     cols_out(raw.data(), P, 0, T, 0, qc, qr.data());
@@ -318,7 +380,7 @@ void attention_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGra
   cols_in(dP.data(), P, 0, T, col, kvc, dk.data(), false);
   col += kvc;
   cols_in(dP.data(), P, 0, T, col, kvc, dv.data(), false);
-  matmul_bwd(c.tr, n1.data(), wd(w, u.off.w_qkv), dP.data(), dn1, gd(g, u.off.w_qkv), T, H, P);
+  col_parallel_bwd(c, n1.p, wd(w, u.off.w_qkv), dP.data(), dn1, gd(g, u.off.w_qkv), H, P);
 }
 
 // ---------------------------------------------------------------- gated DeltaNet, state passing over CP
@@ -455,12 +517,12 @@ void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Kee
              const Buf<float>* rebuild_state, float* y) {
   const Dims& d = c.d;
   const GdnShape gs = gdn_shape(d);
-  const int64_t T = c.tokens, H = d.H, lv = d.lv;
-  WS n1 = ws(c, size_t(T * H));
-  rmsnorm(x, wd(w, u.off.norm1), n1.data(), T, H);
+  const int64_t T = c.tokens, R = c.rows, H = d.H, lv = d.lv;
+  WS n1 = ws(c, size_t(R * H));
+  rmsnorm(x, wd(w, u.off.norm1), n1.data(), R, H);
   round_bf16_inplace(n1.data(), n1.size());
   WS proj = ws(c, size_t(T * gs.P));
-  matmul(c.tr, n1.data(), wd(w, u.off.w_in), proj.data(), T, H, gs.P);
+  matmul(c.tr, sp_gather(c, n1.data(), H).p, wd(w, u.off.w_in), proj.data(), T, H, gs.P);
   round_bf16_inplace(proj.data(), proj.size());
   // decay and beta in fp32 (g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b); HF Qwen3-Next)
   WS gb = ws(c, size_t(T * 2 * lv));
@@ -468,7 +530,8 @@ void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Kee
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < lv; ++h) {
       const float a = proj[size_t(t * gs.P + acol + h)], bb = proj[size_t(t * gs.P + bcol + h)];
-      const float alog = bf16_to_float(w.dense[u.off.a_log + h]), dt = bf16_to_float(w.dense[u.off.dt_bias + h]);
+      const float alog = bf16_to_float(w.dense[u.off.a_log + d.lv_first + h]);
+      const float dt = bf16_to_float(w.dense[u.off.dt_bias + d.lv_first + h]);
       gb[size_t(t * 2 * lv + h)] = -std::exp(alog) * softplusf(a + dt);
       gb[size_t(t * 2 * lv + lv + h)] = sigmoidf(bb);
     }
@@ -483,8 +546,8 @@ void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Kee
   cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
   gated_norm(la_o.data(), z.data(), wd(w, u.off.gnorm), gn.data(), T, d.lv, d.dv);
   round_bf16_inplace(gn.data(), gn.size());
-  matmul(c.tr, gn.data(), wd(w, u.off.w_out), y, T, gs.vd, H);
-  round_bf16_inplace(y, size_t(T * H));
+  row_parallel(c, gn.data(), wd(w, u.off.w_out), y, gs.vd, H);
+  round_bf16_inplace(y, size_t(R * H));
   if (!cp_state.empty()) sv.cp_state = std::move(cp_state);
   if (keep == Keep::InputOnly) return;
   if (keep == Keep::All) sv.n1 = save16(c, n1.data(), n1.size());
@@ -558,13 +621,14 @@ void gdn_seq_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad&
       for (int64_t h = 0; h < lv; ++h) {
         const int64_t row = r0 + t;
         const float a = proj[row * gs.P + acol + h];
-        const float alog = bf16_to_float(w.dense[u.off.a_log + h]), dt = bf16_to_float(w.dense[u.off.dt_bias + h]);
+        const float alog = bf16_to_float(w.dense[u.off.a_log + d.lv_first + h]);
+        const float dt = bf16_to_float(w.dense[u.off.dt_bias + d.lv_first + h]);
         const float gval = gb[row * 2 * lv + h], beta = gb[row * 2 * lv + lv + h];
         const float dgv = dg[size_t(t * lv + h)];
         const float da = dgv * -std::exp(alog) * sigmoidf(a + dt);
         dproj[row * gs.P + acol + h] = da;
-        g.dense[u.off.dt_bias + h] += da;
-        g.dense[u.off.a_log + h] += dgv * gval;
+        g.dense[u.off.dt_bias + d.lv_first + h] += da;
+        g.dense[u.off.a_log + d.lv_first + h] += dgv * gval;
         dproj[row * gs.P + bcol + h] = dbe[size_t(t * lv + h)] * beta * (1.0f - beta);
       }
     if (has_prev) {
@@ -585,7 +649,7 @@ void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
   const int64_t T = c.tokens, H = d.H;
   WS gn = load(c, sv.gn);
   WS dgn = ws(c, size_t(T * gs.vd));
-  matmul_bwd(c.tr, gn.data(), wd(w, u.off.w_out), dy, dgn.data(), gd(g, u.off.w_out), T, gs.vd, H);
+  row_parallel_bwd(c, gn.data(), wd(w, u.off.w_out), dy, dgn.data(), gd(g, u.off.w_out), gs.vd, H);
   gn.reset();
   WS proj = load(c, sv.proj), la_o = load(c, sv.la_o);
   WS z = ws(c, size_t(T * gs.vd)), dz = ws(c, size_t(T * gs.vd)), dla = ws(c, size_t(T * gs.vd));
@@ -607,7 +671,7 @@ void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
   dla.reset();
   proj.reset();
   WS n1 = load(c, sv.n1);
-  matmul_bwd(c.tr, n1.data(), wd(w, u.off.w_in), dproj.data(), dn1, gd(g, u.off.w_in), T, H, gs.P);
+  col_parallel_bwd(c, sp_gather(c, n1.data(), H).p, wd(w, u.off.w_in), dproj.data(), dn1, gd(g, u.off.w_in), H, gs.P);
 }
 
 // ---------------------------------------------------------------- MoE (kernels/moe CPU layer)
@@ -622,11 +686,13 @@ double vec_bytes(const std::vector<float>& v) { return double(v.size()) * sizeof
 // The layer's weights as the kernel takes them (fp32), widened from the bf16 unit into workspace.
 MoeW moe_weights(Ctx& c, const UnitLayout& u, const UnitView& w) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const size_t H = cfg.hidden, E = cfg.experts, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  const size_t H = cfg.hidden, E = cfg.experts, F = cfg.expert_ffn / c.d.etp, S = cfg.shared_ffn;
   const int L = cfg.experts / c.pg.ep.size;
   MoeW r;
   r.w.first_expert = c.pg.ep.rank * L;
   r.w.local_experts = L;
+  r.w.ffn_first = int(F) * c.d.etp_rank;  // this ETP rank's columns of every local expert (exec_model.cpp)
+  r.w.ffn_local = int(F);
   auto get = [](const bf16* p, size_t n) {
     std::vector<float> v(n);
     to_f32(p, v.data(), n);
@@ -654,13 +720,14 @@ MoeW moe_weights(Ctx& c, const UnitLayout& u, const UnitView& w) {
 double moe_state_bytes(const moe::MoeSaved& s) {
   double b = vec_bytes(s.scores) + vec_bytes(s.w) + vec_bytes(s.sh1) + vec_bytes(s.sact) + vec_bytes(s.sout) +
              vec_bytes(s.sgate) + vec_bytes(s.dw) + vec_bytes(s.dx_routed) + vec_bytes(s.dx_shared);
-  b += double(s.idx.size()) * sizeof(int) + double(s.counts_send.size() + s.counts_recv.size()) * sizeof(int64_t);
+  b += double(s.idx.size()) * sizeof(int) +
+       double(s.counts_send.size() + s.counts_recv.size() + s.counts_recv_etp.size()) * sizeof(int64_t);
   for (const moe::ChunkBuffers& k : s.chunks) {
     for (const auto* v : {&k.xp, &k.xr, &k.xe, &k.h1, &k.act, &k.ye_src, &k.yp, &k.dyp, &k.dyr, &k.dye, &k.dh1,
                           &k.dx_src, &k.dxp})
       b += vec_bytes(*v);
     b += double(k.row_of_slot.size()) * sizeof(int) +
-         double(k.send_by_expert.size() + k.recv_by_block.size()) * sizeof(int64_t) +
+         double(k.send_by_expert.size() + k.recv_by_block.size() + k.etp_by_block.size()) * sizeof(int64_t) +
          double(k.send_counts.size() + k.send_displs.size() + k.recv_counts.size() + k.recv_displs.size()) *
              sizeof(size_t);
   }
@@ -676,8 +743,100 @@ moe::ExecOptions moe_exec() {
 
 // Router logits with the kernel's own fixed-order GEMM, so the routing rebuilt from them in backward is the forward's.
 void router_logits(Ctx& c, const moe::MoeWeights& mw, const float* x, float* logits) {
-  moe::cpu::gemm_rows(x, mw.router.data(), logits, c.tokens, c.d.H, c.d.moe.experts, nullptr,
-                      int(std::max<int64_t>(1, c.tokens)));
+  moe::cpu::gemm_rows(x, mw.router.data(), logits, c.rows, c.d.H, c.d.moe.experts, nullptr,
+                      int(std::max<int64_t>(1, c.rows)));
+}
+
+// The shared expert under TP, in fp32 like the kernel's own (moe_cpu.cpp SharedFwd / SharedBwd) so that TP changes
+// only summation orders: its state is the analogue of the kernel's sh1, sact, sout and sgate and is charged with the
+// MoE layer's buffers the same way (README "Memory mapping").
+struct SharedTp {
+  std::vector<float> h1, act, out, gate;
+  double bytes() const { return vec_bytes(h1) + vec_bytes(act) + vec_bytes(out) + vec_bytes(gate); }
+};
+
+// Megatron SharedExpertMLP with sequence parallelism: the gate sigmoid(x . g) on this rank's rows, fc1
+// column-parallel over the all-gathered tokens, fc2 row-parallel back to this rank's rows; y += gate * out.
+void shared_fwd_tp(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, float* y, SharedTp& s) {
+  const int64_t T = c.tokens, R = c.rows, H = c.d.H, S = c.d.shared_local;
+  WS w1 = widen(c.tr, wd(w, u.off.shared_w1), size_t(H * 2 * S)), w2 = widen(c.tr, wd(w, u.off.shared_w2), size_t(S * H));
+  {
+    const Rows x = sp_gather(c, n2, H);
+    s.h1.resize(size_t(T * 2 * S));
+    s.act.resize(size_t(T * S));
+    moe::cpu::gemm_rows(x.p, w1.data(), s.h1.data(), T, int(H), int(2 * S), nullptr, int(std::max<int64_t>(1, T)));
+  }
+  swiglu_fwd(s.h1.data(), s.act.data(), T, S);
+  WS partial = ws(c, size_t(T * H));
+  moe::cpu::gemm_rows(s.act.data(), w2.data(), partial.data(), T, int(S), int(H), nullptr, int(std::max<int64_t>(1, T)));
+  s.out.resize(size_t(R * H));
+  sp_reduce_scatter(c, partial.data(), s.out.data(), H);
+  if (c.d.shared_gate) {
+    s.gate.resize(size_t(R));
+    for (int64_t t = 0; t < R; ++t) {
+      float z = 0;
+      for (int64_t h = 0; h < H; ++h) z += n2[t * H + h] * bf16_to_float(w.dense[u.off.shared_gate + h]);
+      s.gate[size_t(t)] = moe::sigmoid_(z);
+    }
+  }
+  for (int64_t t = 0; t < R; ++t) {
+    const float g = s.gate.empty() ? 1.0f : s.gate[size_t(t)];
+    for (int64_t h = 0; h < H; ++h) y[t * H + h] += g * s.out[size_t(t * H + h)];
+  }
+}
+
+// Its backward from the saved bf16 fc1 output and activation (the kernel's rebuild): the output and gate recomputed,
+// then dgate, fc2 and fc1 backward; adds the input gradient to dn2 and the weight gradients to g.
+void shared_bwd_tp(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSaved& sv,
+                   const float* n2, const float* dy, float* dn2, SharedTp& s) {
+  const int64_t T = c.tokens, R = c.rows, H = c.d.H, S = c.d.shared_local;
+  const int blk = int(std::max<int64_t>(1, T));
+  WS w1 = widen(c.tr, wd(w, u.off.shared_w1), size_t(H * 2 * S)), w2 = widen(c.tr, wd(w, u.off.shared_w2), size_t(S * H));
+  s.h1.resize(sv.sh1.size());
+  to_f32(sv.sh1.data(), s.h1.data(), s.h1.size());
+  s.act.resize(sv.sact.size());
+  to_f32(sv.sact.data(), s.act.data(), s.act.size());
+  {
+    WS partial = ws(c, size_t(T * H));
+    moe::cpu::gemm_rows(s.act.data(), w2.data(), partial.data(), T, int(S), int(H), nullptr, blk);
+    s.out.resize(size_t(R * H));
+    sp_reduce_scatter(c, partial.data(), s.out.data(), H);
+  }
+  WS dso = ws(c, size_t(R * H));
+  for (int64_t t = 0; t < R; ++t) {
+    float gt = 1.0f;
+    if (c.d.shared_gate) {
+      float z = 0;
+      for (int64_t h = 0; h < H; ++h) z += n2[t * H + h] * bf16_to_float(w.dense[u.off.shared_gate + h]);
+      gt = moe::sigmoid_(z);
+    }
+    float dz = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      dso[size_t(t * H + h)] = gt * dy[t * H + h];
+      dz += dy[t * H + h] * s.out[size_t(t * H + h)];
+    }
+    if (c.d.shared_gate) {
+      dz *= gt * (1.0f - gt);  // through the sigmoid gate
+      for (int64_t h = 0; h < H; ++h) {
+        g.dense[u.off.shared_gate + h] += dz * n2[t * H + h];
+        dn2[t * H + h] += dz * bf16_to_float(w.dense[u.off.shared_gate + h]);
+      }
+    }
+  }
+  const Rows dso_all = sp_gather(c, dso.data(), H);
+  WS dact = ws(c, size_t(T * S)), dh1 = ws(c, size_t(T * 2 * S));
+  moe::cpu::gemm_at(s.act.data(), dso_all.p, g.dense + u.off.shared_w2, T, int(S), int(H));
+  moe::cpu::gemm_rows_bt(dso_all.p, w2.data(), dact.data(), T, int(H), int(S), nullptr, blk);
+  swiglu_back(s.h1.data(), dact.data(), dh1.data(), T, S);
+  WS dx = ws(c, size_t(R * H));
+  {
+    const Rows x = sp_gather(c, n2, H);
+    moe::cpu::gemm_at(x.p, dh1.data(), g.dense + u.off.shared_w1, T, int(H), int(2 * S));
+    WS partial = ws(c, size_t(T * H));
+    moe::cpu::gemm_rows_bt(dh1.data(), w1.data(), partial.data(), T, int(2 * S), int(H), nullptr, blk);
+    sp_reduce_scatter(c, partial.data(), dx.data(), H);
+  }
+  for (int64_t i = 0; i < R * H; ++i) dn2[i] += dx[size_t(i)];
 }
 
 template <class F>
@@ -703,17 +862,20 @@ Buf<bf16> swiglu16(Ctx& c, const Buf<bf16>& h1, int64_t f) {
 
 void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const int64_t T = c.tokens, E = cfg.experts, S = cfg.shared_ffn;
+  const int64_t R = c.rows, E = cfg.experts;
   MoeW mw = moe_weights(c, u, w);
   moe::MoeSaved ms;
-  moe::moe_forward(c.pg.ep, cfg, mw.w, c.sched, n2, int(T), y, ms, moe_exec());
-  round_bf16_inplace(y, size_t(T * c.d.H));
+  // Routed experts on this rank's rows (sequence parallelism: Megatron's router and dispatcher see the SP shard).
+  moe::moe_forward(c.pg.ep, c.pg.etp, cfg, mw.w, c.sched, n2, int(R), y, ms, moe_exec());
+  SharedTp sh;
+  if (c.tp > 1 && c.d.shared_local > 0) shared_fwd_tp(c, u, w, n2, y, sh);
+  round_bf16_inplace(y, size_t(R * c.d.H));
   if (keep != Keep::InputOnly) {
     int64_t recv = 0;  // counted once per layer pass that keeps its tensors (a full-recompute rebuild, not both runs)
     for (const auto& k : ms.chunks) recv += int64_t(k.xe.size()) / c.d.H;
     c.moe_rows_received += double(recv);
-    c.moe_rows_sent += double(T) * cfg.top_k;
-    sv.logits = Buf<float>(c.tr, Category::Activations, size_t(T * E));
+    c.moe_rows_sent += double(R) * cfg.top_k;
+    sv.logits = Buf<float>(c.tr, Category::Activations, size_t(R * E));
     router_logits(c, mw.w, n2, sv.logits.data());
     sv.probs = save32(c, ms.scores.data(), ms.scores.size());
     sv.xe = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.xe; });
@@ -721,25 +883,29 @@ void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Ke
     sv.h1 = concat16(c, ms, [](const moe::ChunkBuffers& k) -> const std::vector<float>& { return k.h1; });
     // The kernel keeps its activations in fp32; the saved ones are SwiGLU of the saved (bf16) fc1 outputs, rounded:
     // exactly what selective recompute rebuilds, so every recompute mode backpropagates the same values.
-    if (keep == Keep::All) sv.eact = swiglu16(c, sv.h1, cfg.expert_ffn);
-    if (S) {
-      sv.sh1 = save16(c, ms.sh1.data(), ms.sh1.size());
-      if (keep == Keep::All) sv.sact = swiglu16(c, sv.sh1, S);
+    if (keep == Keep::All) sv.eact = swiglu16(c, sv.h1, mw.w.ffn_local);
+    const std::vector<float>& sh1 = c.tp > 1 ? sh.h1 : ms.sh1;
+    if (!sh1.empty()) {
+      sv.sh1 = save16(c, sh1.data(), sh1.size());
+      if (keep == Keep::All) sv.sact = swiglu16(c, sv.sh1, c.d.shared_local);
     }
-    // Counts per (peer, chunk, local expert): what the backward's all-to-alls need without exchanging them again.
-    sv.moe_meta = Buf<int64_t>(c.tr, Category::Activations, ms.counts_recv.size());
+    // Counts per (peer, chunk, local expert), and under ETP every ETP rank's: what the backward's all-to-alls and
+    // ETP gathers need without exchanging them again.
+    sv.moe_meta = Buf<int64_t>(c.tr, Category::Activations, ms.counts_recv.size() + ms.counts_recv_etp.size());
     std::copy(ms.counts_recv.begin(), ms.counts_recv.end(), sv.moe_meta.data());
+    std::copy(ms.counts_recv_etp.begin(), ms.counts_recv_etp.end(), sv.moe_meta.data() + ms.counts_recv.size());
   }
   // The kernel's buffers are alive together with everything saved so far: that moment is the forward's MoE peak.
-  Tracker::Charge buffers(c.tr, Category::MoeBuffers, moe_state_bytes(ms));
+  Tracker::Charge buffers(c.tr, Category::MoeBuffers, moe_state_bytes(ms) + sh.bytes());
 }
 
 void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* n2,
              const float* dy, float* dn2) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const int64_t T = c.tokens, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = cfg.shared_ffn;
-  const int P = c.pg.ep.size, N = c.sched.chunks, L = cfg.experts / P;
+  const int64_t T = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, S = cfg.shared_ffn;
+  const int P = c.pg.ep.size, N = c.sched.chunks, L = cfg.experts / P, Q = c.pg.etp.size;
   MoeW mw = moe_weights(c, u, w);
+  const int64_t F = mw.w.ffn_local;
   // Rebuild the kernel's saved state from the bf16 tensors and the routing (recomputed from the saved logits).
   moe::MoeSaved ms;
   ms.tokens = int(T);
@@ -754,56 +920,24 @@ void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
     for (int64_t t = 0; t < T; ++t)
       moe::route_token(rp, sv.logits.data() + t * E, bias, scratch.data(), &ms.idx[size_t(t * K)], &ms.w[size_t(t * K)]);
   }
-  const std::vector<int> bounds = moe::chunk_bounds(int(T), N, c.sched.weights);
-  ms.counts_send.assign(size_t(P) * N * L, 0);
-  ms.counts_recv.assign(sv.moe_meta.data(), sv.moe_meta.data() + sv.moe_meta.size());
-  for (int ch = 0; ch < N; ++ch)
-    for (int t = bounds[ch]; t < bounds[ch + 1]; ++t)
-      for (int k = 0; k < K; ++k) {
-        const int e = ms.idx[size_t(t * K + k)];
-        ++ms.counts_send[(size_t(e / L) * N + ch) * L + e % L];
-      }
-  ms.chunks.resize(N);
+  const size_t own = size_t(P) * N * L;
+  ms.counts_recv.assign(sv.moe_meta.data(), sv.moe_meta.data() + own);
+  if (Q > 1) ms.counts_recv_etp.assign(sv.moe_meta.data() + own, sv.moe_meta.data() + sv.moe_meta.size());
+  moe::restore_routing(cfg, mw.w, P, Q, c.sched, ms);
   size_t xe_at = 0, yp_at = 0, h1_at = 0, act_at = 0;
-  for (int ch = 0; ch < N; ++ch) {
-    moe::ChunkBuffers& b = ms.chunks[ch];
-    b.t0 = bounds[ch];
-    b.t1 = bounds[ch + 1];
-    const int n = (b.t1 - b.t0) * int(K);
-    std::vector<int> offsets(E + 1);
-    b.row_of_slot.resize(n);
-    moe::expert_major_rows(&ms.idx[size_t(b.t0) * K], n, int(E), offsets.data(), b.row_of_slot.data());
-    b.send_by_expert.resize(E);
-    for (int e = 0; e < E; ++e) b.send_by_expert[e] = offsets[e + 1] - offsets[e];
-    b.send_counts.assign(P, 0);
-    b.send_displs.assign(P, 0);
-    for (int q = 0; q < P; ++q) {
-      b.send_displs[q] = size_t(offsets[q * L]) * H;
-      b.send_counts[q] = size_t(offsets[(q + 1) * L] - offsets[q * L]) * H;
-    }
-    b.recv_by_block.assign(size_t(P) * L, 0);
-    b.recv_counts.assign(P, 0);
-    b.recv_displs.assign(P, 0);
-    size_t rows = 0;
-    for (int q = 0; q < P; ++q) {
-      b.recv_displs[q] = rows * H;
-      for (int e = 0; e < L; ++e) {
-        const int64_t m = ms.counts_recv[(size_t(q) * N + ch) * L + e];
-        b.recv_by_block[size_t(q) * L + e] = m;
-        rows += m;
-        b.recv_counts[q] += m * H;
-      }
-    }
-    auto take = [](const Buf<bf16>& src, size_t& at, size_t n_el) {
-      std::vector<float> v(n_el);
-      to_f32(src.data() + at, v.data(), n_el);
-      at += n_el;
-      return v;
-    };
+  auto take = [](const Buf<bf16>& src, size_t& at, size_t n_el) {
+    std::vector<float> v(n_el);
+    to_f32(src.data() + at, v.data(), n_el);
+    at += n_el;
+    return v;
+  };
+  for (moe::ChunkBuffers& b : ms.chunks) {
+    size_t rows = 0;  // rows the expert GEMMs ran on (every ETP rank's under ETP)
+    for (int64_t n : b.etp_by_block) rows += size_t(n);
     b.xe = take(sv.xe, xe_at, rows * H);
     b.h1 = take(sv.h1, h1_at, rows * 2 * F);
     b.act = take(sv.eact, act_at, rows * F);
-    b.yp = take(sv.yp, yp_at, size_t(n) * H);
+    b.yp = take(sv.yp, yp_at, b.row_of_slot.size() * H);
   }
   if (S) {
     ms.sh1.resize(sv.sh1.size());
@@ -823,11 +957,13 @@ void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
     }
   }
   moe::MoeWeights mg;
-  moe::moe_backward(c.pg.ep, cfg, mw.w, c.sched, ms, dy, dn2, mg, moe_exec());
+  moe::moe_backward(c.pg.ep, c.pg.etp, cfg, mw.w, c.sched, ms, dy, dn2, mg, moe_exec());
+  SharedTp sh;
+  if (c.tp > 1 && c.d.shared_local > 0) shared_bwd_tp(c, u, w, g, sv, n2, dy, dn2, sh);
   double gbytes = 0;
   for (const auto* v : {&mg.router, &mg.expert_bias, &mg.w1, &mg.w2, &mg.shared_w1, &mg.shared_w2, &mg.shared_gate})
     gbytes += vec_bytes(*v);
-  Tracker::Charge buffers(c.tr, Category::MoeBuffers, moe_state_bytes(ms));
+  Tracker::Charge buffers(c.tr, Category::MoeBuffers, moe_state_bytes(ms) + sh.bytes());
   Tracker::Charge grads(c.tr, Category::Workspace, gbytes);
   auto acc = [](float* dst, const std::vector<float>& src) {
     for (size_t i = 0; i < src.size(); ++i) dst[i] += src[i];
@@ -847,12 +983,12 @@ void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
 void mlp_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
   const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
   WS h1 = ws(c, size_t(T * 2 * F)), act = ws(c, size_t(T * F));
-  matmul(c.tr, n2, wd(w, u.off.mlp_w1), h1.data(), T, H, 2 * F);
+  matmul(c.tr, sp_gather(c, n2, H).p, wd(w, u.off.mlp_w1), h1.data(), T, H, 2 * F);
   round_bf16_inplace(h1.data(), h1.size());
   swiglu_fwd(h1.data(), act.data(), T, F);
   round_bf16_inplace(act.data(), act.size());
-  matmul(c.tr, act.data(), wd(w, u.off.mlp_w2), y, T, F, H);
-  round_bf16_inplace(y, size_t(T * H));
+  row_parallel(c, act.data(), wd(w, u.off.mlp_w2), y, F, H);
+  round_bf16_inplace(y, size_t(c.rows * H));
   if (keep == Keep::InputOnly) return;
   sv.fc1 = save16(c, h1.data(), h1.size());
   if (keep == Keep::All) sv.act = save16(c, act.data(), act.size());
@@ -863,9 +999,9 @@ void mlp_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
   const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
   WS act = load(c, sv.act), h1 = load(c, sv.fc1);
   WS dact = ws(c, size_t(T * F)), dh1 = ws(c, size_t(T * 2 * F));
-  matmul_bwd(c.tr, act.data(), wd(w, u.off.mlp_w2), dy, dact.data(), gd(g, u.off.mlp_w2), T, F, H);
+  row_parallel_bwd(c, act.data(), wd(w, u.off.mlp_w2), dy, dact.data(), gd(g, u.off.mlp_w2), F, H);
   swiglu_back(h1.data(), dact.data(), dh1.data(), T, F);
-  matmul_bwd(c.tr, n2, wd(w, u.off.mlp_w1), dh1.data(), dn2, gd(g, u.off.mlp_w1), T, H, 2 * F);
+  col_parallel_bwd(c, sp_gather(c, n2, H).p, wd(w, u.off.mlp_w1), dh1.data(), dn2, gd(g, u.off.mlp_w1), H, 2 * F);
 }
 
 // ---------------------------------------------------------------- selective-recompute rebuild
@@ -874,33 +1010,33 @@ void mlp_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
 // activations of the layer being backpropagated (estimator: the rebuilt working set).
 void rebuild_selective(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, LayerSaved& sv) {
   const Dims& d = c.d;
-  const int64_t T = c.tokens, H = d.H;
+  const int64_t T = c.tokens, R = c.rows, H = d.H;
   WS x = load(c, sv.x);
-  WS n1 = ws(c, size_t(T * H));
-  rmsnorm(x.data(), wd(w, u.off.norm1), n1.data(), T, H);
+  WS n1 = ws(c, size_t(R * H));
+  rmsnorm(x.data(), wd(w, u.off.norm1), n1.data(), R, H);
   round_bf16_inplace(n1.data(), n1.size());
   sv.n1 = save16(c, n1.data(), n1.size());
-  WS y = ws(c, size_t(T * H));
+  WS y = ws(c, size_t(R * H));
   if (l.mixer == MixerKind::FullAttention) {
     WS q = load(c, sv.q), k = load(c, sv.k), v = load(c, sv.v), o = ws(c, size_t(T * d.q_cols()));
     sv.lse = Buf<float>(c.tr, Category::Activations, size_t(T * d.hq));
     core_attention_fwd(c, l.sliding, q.data(), k.data(), v.data(), o.data(), sv.lse.data());
     WS go = load(c, d.gate ? sv.go : sv.o);
-    matmul(c.tr, go.data(), wd(w, u.off.wo), y.data(), T, d.q_cols(), H);
+    row_parallel(c, go.data(), wd(w, u.off.wo), y.data(), d.q_cols(), H);
   } else {
     WS gn = load(c, sv.gn);
-    matmul(c.tr, gn.data(), wd(w, u.off.w_out), y.data(), T, d.vdim(), H);
+    row_parallel(c, gn.data(), wd(w, u.off.w_out), y.data(), d.vdim(), H);
   }
   round_bf16_inplace(y.data(), y.size());
-  for (int64_t i = 0; i < T * H; ++i) y[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
+  for (int64_t i = 0; i < R * H; ++i) y[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
   sv.r = save16(c, y.data(), y.size());
   if (l.ffn == FfnKind::Dense) {
     WS h1 = load(c, sv.fc1), act = ws(c, size_t(T * d.F));
     swiglu_fwd(h1.data(), act.data(), T, d.F);
     sv.act = save16(c, act.data(), act.size());
   } else {
-    sv.eact = swiglu16(c, sv.h1, d.moe.expert_ffn);
-    if (d.moe.shared_ffn) sv.sact = swiglu16(c, sv.sh1, d.moe.shared_ffn);
+    sv.eact = swiglu16(c, sv.h1, d.moe.expert_ffn / d.etp);
+    if (!sv.sh1.empty()) sv.sact = swiglu16(c, sv.sh1, d.shared_local);
   }
 }
 
@@ -908,7 +1044,7 @@ void rebuild_selective(Ctx& c, const UnitLayout& u, const UnitView& w, const Lay
 
 void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep, LayerSaved& sv,
                    float* out) {
-  const int64_t T = c.tokens, H = c.d.H;
+  const int64_t T = c.rows, H = c.d.H;
   WS x = load(c, sv.x);
   WS y = ws(c, size_t(T * H));
   if (l.mixer == MixerKind::FullAttention) attention_fwd(c, u, w, l, x.data(), keep, sv, y.data());
@@ -927,7 +1063,7 @@ void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSp
 
 void layer_backward(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l, Keep keep,
                     LayerSaved& sv_in, const float* dout, float* dx) {
-  const int64_t T = c.tokens, H = c.d.H;
+  const int64_t T = c.rows, H = c.d.H;
   LayerSaved rebuilt;
   LayerSaved* sv = &sv_in;
   if (keep == Keep::InputOnly) {
@@ -976,42 +1112,130 @@ void layer_backward(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGr
   rebuilt = LayerSaved{};
 }
 
+namespace {
+
+// Materialized cross-entropy over a vocabulary shard (Megatron-LM megatron/core/tensor_parallel/cross_entropy.py,
+// _VocabParallelCrossEntropy): fp32 logits [tokens x vocab/tp], the row maximum, the sum of exponentials and the
+// target logit each all-reduced over TP; the gradient softmax - onehot replaces the logits in the same buffer, as the
+// single-rank path holds one fp32 tokens x vocab buffer at a time (the estimator's logits term).
+double vocab_parallel_ce(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
+                         float* dh, float* dW) {
+  const int64_t T = c.tokens, H = c.d.H, V = c.d.Vl, V0 = c.d.V0;
+  Buf<float> lg(c.tr, Category::Logits, size_t(T * V));
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> L(lg.data(), T, V);
+  using CMap = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+  L.noalias() = CMap(h, T, H) * CMap(W, V, H).transpose();
+  WS mx = ws(c, size_t(T)), st = ws(c, size_t(2 * T));  // per token: max; sum of exp, target logit
+  for (int64_t t = 0; t < T; ++t) mx[size_t(t)] = *std::max_element(lg.data() + t * V, lg.data() + (t + 1) * V);
+  comm::all_reduce(c.pg.tp, mx.data(), size_t(T), comm::DType::F32, comm::ReduceOp::Max);
+  for (int64_t t = 0; t < T; ++t) {
+    float se = 0.0f;
+    for (int64_t v = 0; v < V; ++v) se += std::exp(lg[size_t(t * V + v)] - mx[size_t(t)]);
+    st[size_t(t)] = se;
+    const int64_t y = targets[t] - V0;
+    st[size_t(T + t)] = y >= 0 && y < V ? lg[size_t(t * V + y)] : 0.0f;
+  }
+  comm::all_reduce(c.pg.tp, st.data(), size_t(2 * T), comm::DType::F32, comm::ReduceOp::Sum);
+  double loss = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    lse[t] = mx[size_t(t)] + std::log(st[size_t(t)]);
+    loss += linear_ce::token_loss(lse[t], st[size_t(T + t)], 0.0f);
+  }
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t v = 0; v < V; ++v)
+      lg[size_t(t * V + v)] = linear_ce::logit_grad(lg[size_t(t * V + v)], lse[t], v + V0 == targets[t], gl, 0.0f, 0.0f);
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dh, T, H).noalias() =
+      L * CMap(W, V, H);
+  comm::all_reduce(c.pg.tp, dh, size_t(T * H), comm::DType::F32, comm::ReduceOp::Sum);  // d_hidden: summed over shards
+  Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(dW, V, H).noalias() =
+      L.transpose() * CMap(h, T, H);
+  return loss;
+}
+
+}  // namespace
+
 double loss_forward_backward(Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g, const float* x,
                              const int64_t* targets, double grad_scale, float* dx) {
-  const int64_t T = c.tokens, H = c.d.H, V = c.d.V;
-  WS h = ws(c, size_t(T * H));
-  rmsnorm(x, fn_w, h.data(), T, H);
+  const int64_t T = c.tokens, R = c.rows, H = c.d.H, V = c.d.Vl;
+  const bool vp = c.tp > 1;  // vocabulary-parallel LM head
+  WS h = ws(c, size_t(R * H));
+  rmsnorm(x, fn_w, h.data(), R, H);
   round_bf16_inplace(h.data(), h.size());
+  const Rows hall = sp_gather(c, h.data(), H);  // the LM head sees every local token (Megatron gathers before it)
   WS W = widen(c.tr, head_w, size_t(V * H));
   linear_ce::Problem p;
   p.tokens = T;
   p.hidden = H;
   p.vocab = V;
+  if (vp) {
+    p.vocab_start = c.d.V0;
+    p.vocab_total = c.d.V;
+  }
   linear_ce::Options o;
   o.reduction = linear_ce::Reduction::Sum;
   o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, V);
   o.token_tile = std::max<int64_t>(1, T);  // one tile of every local token: the estimator's tokens x tile term
   Buf<float> lse(c.tr, Category::Logits, size_t(T));
+  // Linear CE's fp32 d_hidden accumulator is a logits term of the estimator; the materialized path's is an ordinary
+  // activation gradient (workspace). Both hold every local token's (summed over the vocabulary shards).
+  Buf<float> dh;
+  WS dW;
+  const float gl = float(grad_scale);
   float loss = 0;
   linear_ce::Stats st;
-  if (c.linear_ce) linear_ce::forward_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, &loss, lse.data(), o, &st);
-  else linear_ce::forward_naive_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, &loss, lse.data(), o, &st);
-  { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
-  // Linear CE's fp32 d_hidden accumulator is a logits term of the estimator; the materialized path's is an ordinary
-  // activation gradient (workspace).
-  Buf<float> dh(c.tr, c.linear_ce ? Category::Logits : Category::Workspace, size_t(T * H));
-  WS dW = ws(c, size_t(V * H));
-  const float gl = float(grad_scale);
-  if (c.linear_ce)
-    linear_ce::backward_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, lse.data(), &gl, dh.data(), dW.data(),
-                            o, &st);
-  else
-    linear_ce::backward_naive_cpu(p, linear_ce::DType::F32, h.data(), W.data(), targets, lse.data(), &gl, dh.data(),
-                                  dW.data(), o, &st);
-  { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+  const auto F32 = linear_ce::DType::F32;
+  if (c.linear_ce) {
+    if (vp) linear_ce::forward_vocab_parallel_cpu(c.pg.tp, p, F32, hall.p, W.data(), targets, &loss, lse.data(), o, &st);
+    else linear_ce::forward_cpu(p, F32, hall.p, W.data(), targets, &loss, lse.data(), o, &st);
+    { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+    dh = Buf<float>(c.tr, Category::Logits, size_t(T * H));
+    dW = ws(c, size_t(V * H));
+    if (vp)
+      linear_ce::backward_vocab_parallel_cpu(c.pg.tp, p, F32, hall.p, W.data(), targets, lse.data(), &gl, dh.data(),
+                                             dW.data(), o, &st);
+    else
+      linear_ce::backward_cpu(p, F32, hall.p, W.data(), targets, lse.data(), &gl, dh.data(), dW.data(), o, &st);
+    { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+  } else if (vp) {
+    dh = Buf<float>(c.tr, Category::Workspace, size_t(T * H));
+    dW = ws(c, size_t(V * H));
+    loss = float(vocab_parallel_ce(c, hall.p, W.data(), targets, gl, lse.data(), dh.data(), dW.data()));
+  } else {
+    linear_ce::forward_naive_cpu(p, F32, hall.p, W.data(), targets, &loss, lse.data(), o, &st);
+    { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+    dh = Buf<float>(c.tr, Category::Workspace, size_t(T * H));
+    dW = ws(c, size_t(V * H));
+    linear_ce::backward_naive_cpu(p, F32, hall.p, W.data(), targets, lse.data(), &gl, dh.data(), dW.data(), o, &st);
+    { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
+  }
   for (int64_t i = 0; i < V * H; ++i) head_g[i] += dW[size_t(i)];
-  rmsnorm_bwd(x, fn_w, dh.data(), dx, fn_g, T, H, false);
+  // This rank's rows of d_hidden (sequence parallelism: the gather's backward keeps the rank's own part).
+  rmsnorm_bwd(x, fn_w, dh.data() + int64_t(c.tp_rank) * R * H, dx, fn_g, R, H, false);
   return loss;
+}
+
+void embedding_forward(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x) {
+  const int64_t H = c.d.H, R = c.rows;
+  if (c.tp == 1) {
+    for (int64_t t = 0; t < R; ++t) std::copy(table + tokens[t] * H, table + (tokens[t] + 1) * H, x + t * H);
+    return;
+  }
+  // Rows outside this rank's shard are zero; the reduce-scatter sums the one rank holding each row into its owner
+  // (Megatron VocabParallelEmbedding + reduce_scatter_to_sequence_parallel_region): exact, one non-zero per element.
+  const int64_t T = c.tokens, V0 = c.d.V0, Vl = c.d.Vl;
+  WS all = ws(c, size_t(T * H)), mine = ws(c, size_t(R * H));
+  for (int64_t t = 0; t < T; ++t)
+    if (tokens[t] >= V0 && tokens[t] < V0 + Vl) to_f32(table + (tokens[t] - V0) * H, all.data() + t * H, size_t(H));
+  sp_reduce_scatter(c, all.data(), mine.data(), H);
+  to_bf16(mine.data(), x, size_t(R * H));
+}
+
+void embedding_backward(Ctx& c, const int64_t* tokens, const float* dx, float* g) {
+  const int64_t H = c.d.H, V0 = c.d.V0, Vl = c.d.Vl;
+  const Rows d = sp_gather(c, dx, H);
+  for (int64_t t = 0; t < c.tokens; ++t)
+    if (tokens[t] >= V0 && tokens[t] < V0 + Vl)
+      for (int64_t h = 0; h < H; ++h) g[(tokens[t] - V0) * H + h] += d.p[t * H + h];
 }
 
 }  // namespace lcplan::exec

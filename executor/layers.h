@@ -29,6 +29,11 @@ struct Ctx {
   int chunks = 1;         // CP chunks per sequence on this rank (2 under load-balanced CP, else 1)
   int64_t chunk_len = 0;  // tokens of one chunk
   int64_t tokens = 0;     // mb * seq_local
+  // Tensor parallelism with sequence parallelism (Megatron): hidden-sized tensors (layer inputs and outputs, norm
+  // outputs, residuals) hold this rank's `rows` = tokens / tp consecutive token rows; column-parallel GEMMs run on
+  // the all-gathered tokens with this rank's heads / columns, row-parallel GEMMs reduce-scatter back to its rows.
+  int tp = 1, tp_rank = 0;
+  int64_t rows = 0;
   float rope_theta = 10000.0f;
   moe::ChunkSchedule sched{};
   bool linear_ce = false;
@@ -68,18 +73,27 @@ struct LayerSaved {
   Buf<int64_t> moe_meta;     // MoE routing counts per (peer, chunk, local expert) and chunk row offsets
 };
 
-// x: the layer's input (bf16 [tokens x hidden], owned by sv.x). Writes the layer output into `out` (fp32, bf16 values).
+// x: the layer's input (bf16 [rows x hidden], owned by sv.x). Writes the layer output into `out` (fp32 [rows x
+// hidden], bf16 values).
 void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep, LayerSaved& sv,
                    float* out);
-// dout: gradient of the layer output (fp32 [tokens x hidden]); dx: gradient of its input (overwritten). Rebuilds
+// dout: gradient of the layer output (fp32 [rows x hidden]); dx: gradient of its input (overwritten). Rebuilds
 // what `keep` dropped (full recompute reruns the forward), accumulates weight gradients into g, and frees sv.
 void layer_backward(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l, Keep keep,
                     LayerSaved& sv, const float* dout, float* dx);
 
 // The loss over this rank's tokens: final norm, LM head, cross-entropy summed over tokens (linear CE or
 // materialized logits), and its backward scaled by grad_scale (1 / tokens of the global batch). Returns the summed
-// loss; writes d(layer-stack output) into dx and accumulates the final-norm and LM-head gradients.
+// loss; writes d(layer-stack output) into dx and accumulates the final-norm and LM-head gradients. Under TP the
+// final norm runs on this rank's rows, its output is all-gathered and the LM head is vocabulary-parallel (Megatron):
+// targets are every local token's, x and dx this rank's rows, and every TP rank returns the whole loss.
 double loss_forward_backward(Ctx& c, const bf16* final_norm_w, const bf16* head_w, float* final_norm_g,
                              float* head_g, const float* x, const int64_t* targets, double grad_scale, float* dx);
+
+// The vocabulary-parallel embedding (Megatron VocabParallelEmbedding): rows of `tokens` (every local token) in this
+// rank's vocabulary shard, summed over TP into this rank's rows of x (bf16 [rows x hidden]); and its backward: dx
+// (this rank's rows) all-gathered and scatter-added into the shard's rows of the gradient g.
+void embedding_forward(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x);
+void embedding_backward(Ctx& c, const int64_t* tokens, const float* dx, float* g);
 
 }  // namespace lcplan::exec

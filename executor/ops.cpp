@@ -8,12 +8,6 @@
 
 namespace lcplan::exec {
 
-namespace {
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Map = Eigen::Map<RowMat>;
-using CMap = Eigen::Map<const RowMat>;
-}  // namespace
-
 void round_bf16_inplace(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }
@@ -30,21 +24,60 @@ Buf<float> widen(Tracker& t, const bf16* x, size_t n) {
   return b;
 }
 
+namespace {
+
+using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapD = Eigen::Map<RowMatD>;
+
+// fp64 operands of a GEMM in workspace (the GEMM's own copies, like a GPU GEMM's staged tiles).
+Buf<double> wide64(Tracker& t, const float* x, size_t n) {
+  Buf<double> b(t, Category::Workspace, n);
+  for (size_t i = 0; i < n; ++i) b[i] = x[i];
+  return b;
+}
+Buf<double> wide64(Tracker& t, const bf16* x, size_t n) {
+  Buf<double> b(t, Category::Workspace, n);
+  for (size_t i = 0; i < n; ++i) b[i] = bf16_to_float(x[i]);
+  return b;
+}
+
+}  // namespace
+
+void matmul64(Tracker& t, const float* x, const bf16* W, double* y, int64_t rows, int64_t k, int64_t n) {
+  if (rows == 0 || n == 0) return;
+  Buf<double> xd = wide64(t, x, size_t(rows * k)), wd = wide64(t, W, size_t(k * n));
+  MapD(y, rows, n).noalias() = MapD(xd.data(), rows, k) * MapD(wd.data(), k, n);
+}
+
 void matmul(Tracker& t, const float* x, const bf16* W, float* y, int64_t rows, int64_t k, int64_t n) {
   if (rows == 0 || n == 0) return;
-  Buf<float> w = widen(t, W, size_t(k * n));
-  Map(y, rows, n).noalias() = CMap(x, rows, k) * CMap(w.data(), k, n);
+  Buf<double> yd(t, Category::Workspace, size_t(rows * n));
+  matmul64(t, x, W, yd.data(), rows, k, n);
+  for (size_t i = 0; i < yd.size(); ++i) y[i] = float(yd[i]);
+}
+
+void matmul_bwd64(Tracker& t, const float* x, const bf16* W, const float* dy, double* dx, float* dW, int64_t rows,
+                  int64_t k, int64_t n) {
+  if (rows == 0) return;
+  Buf<double> dyd = wide64(t, dy, size_t(rows * n));
+  if (dx) {
+    Buf<double> wd = wide64(t, W, size_t(k * n));
+    MapD(dx, rows, k).noalias() = MapD(dyd.data(), rows, n) * MapD(wd.data(), k, n).transpose();
+  }
+  if (dW) {
+    Buf<double> xd = wide64(t, x, size_t(rows * k)), dwd(t, Category::Workspace, size_t(k * n));
+    MapD(dwd.data(), k, n).noalias() = MapD(xd.data(), rows, k).transpose() * MapD(dyd.data(), rows, n);
+    for (size_t i = 0; i < dwd.size(); ++i) dW[i] += float(dwd[i]);
+  }
 }
 
 void matmul_bwd(Tracker& t, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t rows,
                 int64_t k, int64_t n, bool accumulate_dx) {
   if (rows == 0) return;
-  Buf<float> w = widen(t, W, size_t(k * n));
-  if (dx) {
-    if (accumulate_dx) Map(dx, rows, k).noalias() += CMap(dy, rows, n) * CMap(w.data(), k, n).transpose();
-    else Map(dx, rows, k).noalias() = CMap(dy, rows, n) * CMap(w.data(), k, n).transpose();
-  }
-  if (dW) Map(dW, k, n).noalias() += CMap(x, rows, k).transpose() * CMap(dy, rows, n);
+  Buf<double> dxd(t, Category::Workspace, dx ? size_t(rows * k) : 0);
+  matmul_bwd64(t, x, W, dy, dx ? dxd.data() : nullptr, dW, rows, k, n);
+  if (dx)
+    for (size_t i = 0; i < dxd.size(); ++i) dx[i] = accumulate_dx ? dx[i] + float(dxd[i]) : float(dxd[i]);
 }
 
 void rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h) {

@@ -1,4 +1,4 @@
-// Small fp32 ops of the executor's layers: GEMMs against bf16 weights, RMSNorm, SwiGLU, bf16 rounding. Values that a
+// Small ops of the executor's layers: GEMMs against bf16 weights, RMSNorm, SwiGLU, bf16 rounding. Values that a
 // bf16 training run would store (every op's output) are rounded to bf16 where they are produced, so a tensor rebuilt
 // by recomputation equals the saved one bit for bit and every recompute mode computes the same step.
 #pragma once
@@ -19,11 +19,19 @@ void to_f32(const bf16* x, float* y, size_t n);
 // An fp32 copy of n bf16 values in workspace (weights are widened per use, as a GPU GEMM reads bf16 tiles).
 Buf<float> widen(Tracker& t, const bf16* x, size_t n);
 
-// y[rows x n] = x[rows x k] * W[k x n]; W is bf16 and widened into workspace for the call.
+// GEMMs accumulate in fp64 and round once to fp32: a layout that splits a GEMM's inner dimension over ranks (TP's
+// row-parallel layers, whose fp64 partial sums are reduced in fp64) then computes the same fp32 value as one rank,
+// instead of an fp32 rounding difference that bf16 storage would turn into ulp flips growing with depth.
+// y[rows x n] = x[rows x k] * W[k x n]; W is bf16, the fp64 operands live in workspace for the call.
 void matmul(Tracker& t, const float* x, const bf16* W, float* y, int64_t rows, int64_t k, int64_t n);
+// The same product unrounded (a row-parallel partial sum before its reduction over TP).
+void matmul64(Tracker& t, const float* x, const bf16* W, double* y, int64_t rows, int64_t k, int64_t n);
 // dx[rows x k] (= or +=) dy[rows x n] * W^T;  dW[k x n] += x^T * dy.
 void matmul_bwd(Tracker& t, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t rows,
                 int64_t k, int64_t n, bool accumulate_dx = false);
+// The same with dx unrounded (a column-parallel input gradient before its reduction over TP; may be null).
+void matmul_bwd64(Tracker& t, const float* x, const bf16* W, const float* dy, double* dx, float* dW, int64_t rows,
+                  int64_t k, int64_t n);
 
 // RMSNorm over rows of width h: y = x / rms(x) * w.
 void rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h);

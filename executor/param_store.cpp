@@ -36,6 +36,8 @@ ParamStore::ParamStore(Tracker& t, const comm::ProcessGroups& pg, std::vector<Un
 
 void ParamStore::init_part(Part& part, int u, bool expert, uint64_t seed) {
   const UnitLayout& L = layouts_[u];
+  for (const TensorSpec& t : L.tensors)
+    if (t.expert == expert && t.tp_replicated) part.replicated.push_back({t.offset, t.size});
   part.n = expert ? L.n_expert : L.n_dense;
   part.comm = expert ? &pg_.edp : &pg_.dp_cp;
   part.group = part.comm->size;
@@ -55,7 +57,7 @@ void ParamStore::init_part(Part& part, int u, bool expert, uint64_t seed) {
     const size_t flat = first + i;
     if (flat >= part.n) break;
     if (t < 0 || flat < L.tensors[t].offset || flat >= L.tensors[t].offset + L.tensors[t].size) t = tensor_at(L, expert, flat);
-    const float v = init_value(seed, u, t, L.tensors[t], flat - L.tensors[t].offset);
+    const float v = init_value(seed, L.id, t, L.tensors[t], flat - L.tensors[t].offset);
     part.p[i] = float_to_bf16(v);
   }
   // fp32 master weights of the owned elements start from the same values (Megatron keeps fp32 masters of bf16 params).
@@ -65,7 +67,7 @@ void ParamStore::init_part(Part& part, int u, bool expert, uint64_t seed) {
     const size_t flat = (part.mode_fsdp ? size_t(part.index) * part.shard : of) + i;
     if (flat >= part.n) break;
     if (t < 0 || flat < L.tensors[t].offset || flat >= L.tensors[t].offset + L.tensors[t].size) t = tensor_at(L, expert, flat);
-    part.opt[i] = init_value(seed, u, t, L.tensors[t], flat - L.tensors[t].offset);
+    part.opt[i] = init_value(seed, L.id, t, L.tensors[t], flat - L.tensors[t].offset);
   }
 }
 
@@ -118,7 +120,45 @@ void ParamStore::zero_grads() {
     for (Part* P : {&U.dense, &U.expert}) std::fill(P->g.data(), P->g.data() + P->g.size(), 0.0f);
 }
 
+// Elements of `P`'s replicated tensors that this rank holds: [first, last) in its local array (the whole padded
+// array, or under FSDP its shard), each paired with the flat index of its first element.
+std::vector<std::pair<size_t, size_t>> ParamStore::replicated_held(const Part& P) const {
+  std::vector<std::pair<size_t, size_t>> out;
+  const size_t base = P.mode_fsdp ? size_t(P.index) * P.shard : 0, len = P.g.size();
+  for (const auto& [off, n] : P.replicated) {
+    const size_t a = std::max(off, base), b = std::min(off + n, base + len);
+    if (a < b) out.push_back({a - base, b - base});
+  }
+  return out;
+}
+
+void ParamStore::sync_tp_replicated() {
+  if (pg_.tp.size == 1) return;
+  // Weights every TP rank holds whole (norms, router, per-head decay parameters) saw only this rank's sequence shard
+  // or heads: their gradients are summed over the TP group (Megatron finalize_model_grads, the sequence-parallel and
+  // layernorm gradient all-reduce).
+  size_t n = 0;
+  for (Unit& U : units_)
+    for (const auto& [a, b] : replicated_held(U.dense)) n += b - a;
+  if (n == 0) return;
+  Buf<float> buf(tr_, Category::Workspace, n);
+  size_t at = 0;
+  for (Unit& U : units_)
+    for (const auto& [a, b] : replicated_held(U.dense)) {
+      std::copy(U.dense.g.data() + a, U.dense.g.data() + b, buf.data() + at);
+      at += b - a;
+    }
+  comm::all_reduce(pg_.tp, buf.data(), n, comm::DType::F32, comm::ReduceOp::Sum);
+  at = 0;
+  for (Unit& U : units_)
+    for (const auto& [a, b] : replicated_held(U.dense)) {
+      std::copy(buf.data() + at, buf.data() + at + (b - a), U.dense.g.data() + a);
+      at += b - a;
+    }
+}
+
 void ParamStore::sync_grads() {
+  sync_tp_replicated();
   if (mode_ == OptimizerSharding::Fsdp) return;
   for (Unit& U : units_)
     for (Part* P : {&U.dense, &U.expert}) {
@@ -141,7 +181,9 @@ void ParamStore::sync_grads() {
 
 double ParamStore::grad_sq_owned() const {
   double s = 0;
-  for (const Unit& U : units_)
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (layouts_[u].shared_copy) continue;  // the tied embedding is counted on the first stage
+    const Unit& U = units_[u];
     for (const Part* P : {&U.dense, &U.expert}) {
       if (!P->shard) continue;
       const float* g = nullptr;
@@ -156,8 +198,17 @@ double ParamStore::grad_sq_owned() const {
         g = P->g.data() + size_t(P->index) * P->shard;
         first = size_t(P->index) * P->shard;
       }
-      for (size_t i = 0; i < P->shard && first + i < P->n; ++i) s += double(g[i]) * g[i];
+      // Replicated tensors are whole on every TP rank: TP rank 0 counts them.
+      auto replicated = [&](size_t flat) {
+        if (pg_.tp.rank == 0) return false;
+        for (const auto& [off, n] : P->replicated)
+          if (flat >= off && flat < off + n) return true;
+        return false;
+      };
+      for (size_t i = 0; i < P->shard && first + i < P->n; ++i)
+        if (!replicated(first + i)) s += double(g[i]) * g[i];
     }
+  }
   return s;
 }
 

@@ -54,11 +54,18 @@ class ParamStore {
   UnitGrad buffer_grad(int u, float* buffer) const;      // views of a zeroed fp32 gradient buffer for unit u
   void reduce_into_shard(int u, float* buffer);          // reduce-scatter the buffer's gradient into u's shard grads
 
+  // The local gradient array of unit u's dense part (whole padded, or the FSDP shard): the tied embedding's copies
+  // on the first and last pipeline stage are summed through it.
+  float* dense_grad_array(int u) { return units_[u].dense.g.data(); }
+  size_t dense_grad_size(int u) const { return units_[u].dense.g.size(); }
+
   void zero_grads();
-  // After the last backward of a step: gradients summed over data-parallel replicas where the mode keeps them
-  // (none: all-reduce; dist_opt: reduce-scatter into this rank's shard; fsdp: already done per unit).
+  // After the last backward of a step: TP-replicated weights' gradients summed over TP, then gradients summed over
+  // data-parallel replicas where the mode keeps them (none: all-reduce; dist_opt: reduce-scatter into this rank's
+  // shard; fsdp: already done per unit).
   void sync_grads();
-  // Sum of squared gradients this rank owns (its dist-opt shard: every parameter counted once across the job).
+  // Sum of squared gradients this rank owns (its dist-opt shard; TP-replicated tensors on TP rank 0, the tied
+  // embedding on the first stage: every parameter counted once across the job).
   double grad_sq_owned() const;
   // Adam on the owned shard (Megatron: bias-corrected, no weight decay here); dist_opt gathers the new bf16 params.
   void adam_step(int step, const AdamOptions& o);
@@ -75,6 +82,7 @@ class ParamStore {
     Buf<float> g;       // same length as p
     Buf<float> reduced; // dist_opt: this rank's reduced gradient shard between sync_grads and adam_step
     Buf<float> opt;     // master | m | v over the owned elements
+    std::vector<std::pair<size_t, size_t>> replicated;  // (offset, size) of TP-replicated tensors (dense part)
     size_t owned_first() const { return mode_fsdp ? 0 : (mode_none ? 0 : size_t(index) * shard); }
     size_t owned_count() const { return mode_none ? group * shard : shard; }
     bool mode_fsdp = false, mode_none = false;
@@ -83,6 +91,8 @@ class ParamStore {
     Part dense, expert;
   };
   void init_part(Part& part, int u, bool expert, uint64_t seed);
+  std::vector<std::pair<size_t, size_t>> replicated_held(const Part& P) const;
+  void sync_tp_replicated();
   Tracker& tr_;
   const comm::ProcessGroups& pg_;
   std::vector<UnitLayout> layouts_;

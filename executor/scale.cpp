@@ -9,21 +9,26 @@ namespace lcplan::exec {
 
 namespace {
 
-// Widths are divided by k, rounded down to a multiple of 8 and kept at least 8 (small enough to run, wide enough that
-// every kernel's tile and RoPE's even rotary dims still apply).
-int width(int v, int k) {
+// Widths are divided by k, rounded down to a multiple of `unit` (8, or lcm(8, tp) for a width TP splits) and kept at
+// least one unit (small enough to run, wide enough that every kernel's tile and RoPE's even rotary dims still apply
+// and every TP rank gets whole columns).
+int width(int v, int k, int unit = 8) {
   if (v <= 0 || k <= 1) return v;
-  const int w = v / k / 8 * 8;
-  return std::max(8, std::min(v, w));
+  const int w = v / k / unit * unit;
+  return std::max(unit, std::min(v, w));
 }
 
-// Head-count factor: the largest f dividing K and every head count in `counts` such that counts[0] / f stays a multiple
-// of `keep_multiple` (cp for gated DeltaNet key heads: head-parallel CP, estimator/plan_rules.h CpLinearHeads).
-int head_factor(int k, const std::vector<int>& counts, int keep_multiple) {
+// Head-count factor: the largest f dividing K and every head count in `counts` such that each counts[i] / f stays a
+// multiple of keep[i] (tp for attention and value heads: heads split over TP ranks, estimator/plan_rules.h TpHeads;
+// cp * tp for gated DeltaNet key heads: head-parallel CP, CpLinearHeads).
+int head_factor(int k, const std::vector<int>& counts, const std::vector<int>& keep) {
   int g = k;
   for (int c : counts) g = std::gcd(g, std::max(c, 1));
-  for (int f = g; f >= 1; --f)
-    if (g % f == 0 && (counts[0] / f) % keep_multiple == 0) return f;
+  for (int f = g; f >= 1; --f) {
+    bool ok = g % f == 0;
+    for (size_t i = 0; i < counts.size() && ok; ++i) ok = (counts[i] / f) % std::max(1, keep[i]) == 0;
+    if (ok) return f;
+  }
   return 1;
 }
 
@@ -58,15 +63,16 @@ ModelSpec scale_model(const ModelSpec& m, const ScaleOptions& s, const Parallel&
   if (k > 1 || s.layers_per_kind > 0)
     o.name = m.name + " (scale " + std::to_string(k) +
              (s.layers_per_kind > 0 ? ", " + std::to_string(s.layers_per_kind) + " layers per kind" : "") + ")";
+  const int tp = std::max(1, q.tp), tp_unit = std::lcm(8, tp);
   if (k > 1) {
     o.hidden = width(m.hidden, k);
     note(notes, "hidden", m.hidden, o.hidden);
-    o.vocab = std::max(64, m.vocab / k / 8 * 8);
+    o.vocab = std::max(std::lcm(64, tp_unit), m.vocab / k / tp_unit * tp_unit);  // vocabulary-parallel rows per TP rank
     note(notes, "vocab", m.vocab, o.vocab);
-    o.dense_ffn = width(m.dense_ffn, k);
+    o.dense_ffn = width(m.dense_ffn, k, tp_unit);
     note(notes, "dense_ffn", m.dense_ffn, o.dense_ffn);
     if (m.attn.heads > 0) {
-      const int f = head_factor(k, {m.attn.heads, m.attn.kv_heads}, 1);
+      const int f = head_factor(k, {m.attn.heads, m.attn.kv_heads}, {tp, tp});
       o.attn.heads = m.attn.heads / f;
       o.attn.kv_heads = std::max(1, m.attn.kv_heads / f);
       o.attn.head_dim = width(m.attn.head_dim, k / f);
@@ -77,7 +83,7 @@ ModelSpec scale_model(const ModelSpec& m, const ScaleOptions& s, const Parallel&
       note(notes, "sliding_window", m.attn.sliding_window, o.attn.sliding_window);
     }
     if (m.linear.key_heads > 0) {
-      const int f = head_factor(k, {m.linear.key_heads, m.linear.value_heads}, std::max(1, q.cp * q.tp));
+      const int f = head_factor(k, {m.linear.key_heads, m.linear.value_heads}, {std::max(1, q.cp * tp), tp});
       o.linear.key_heads = m.linear.key_heads / f;
       o.linear.value_heads = m.linear.value_heads / f;
       o.linear.key_head_dim = width(m.linear.key_head_dim, k / f);
@@ -96,8 +102,8 @@ ModelSpec scale_model(const ModelSpec& m, const ScaleOptions& s, const Parallel&
       if (n > m.moe.num_experts) n = m.moe.num_experts;
       e.num_experts = n;
       e.top_k = std::min(m.moe.top_k, n);
-      e.expert_ffn = width(m.moe.expert_ffn, k);
-      e.shared_ffn = m.moe.shared_ffn > 0 ? width(m.moe.shared_ffn, k) : 0;
+      e.expert_ffn = width(m.moe.expert_ffn, k, std::lcm(8, std::max(1, q.etp)));  // ETP splits each expert's columns
+      e.shared_ffn = m.moe.shared_ffn > 0 ? width(m.moe.shared_ffn, k, tp_unit) : 0;
       if (n % std::max(1, e.n_group) != 0 || e.topk_group * (n / std::max(1, e.n_group)) < e.top_k) {
         e.n_group = 1;
         e.topk_group = 1;
@@ -159,10 +165,24 @@ ScaledCase executor_case(const ModelSpec& m, const Plan& p, const ScaleOptions& 
 
 std::string executor_support_error(const ModelSpec& m, const Plan& p) {
   const Parallel& q = p.parallel;
-  if (q.pp > 1 || q.vpp > 1 || q.tp > 1 || q.etp > 1)
-    return "lcplan-exec runs single-stage plans without tensor parallelism (pp = 1, vpp = 1, tp = 1, etp = 1) but the "
-           "plan has pp = " + std::to_string(q.pp) + ", vpp = " + std::to_string(q.vpp) + ", tp = " +
-           std::to_string(q.tp) + ", etp = " + std::to_string(q.etp) + "; pipeline and tensor parallel plans come later";
+  if (q.tp > 1 && !p.sequence_parallel)
+    return "lcplan-exec runs tensor parallelism with sequence parallelism only but the plan has tp = " +
+           std::to_string(q.tp) + " and sequence_parallel = false (set it to true)";
+  if (q.tp > 1 && m.vocab % q.tp != 0)
+    return "the vocabulary of " + std::to_string(m.vocab) + " does not split over tp = " + std::to_string(q.tp) +
+           " ranks (Megatron pads it to a multiple of tp; scale the model with --scale, whose vocabulary rule keeps it "
+           "divisible)";
+  if (q.tp > 1 && m.dense_ffn % q.tp != 0)
+    return "the dense FFN width " + std::to_string(m.dense_ffn) + " does not split over tp = " + std::to_string(q.tp);
+  if (q.tp > 1 && (m.moe.shared_experts * m.moe.shared_ffn) % q.tp != 0)
+    return "the shared-expert width " + std::to_string(m.moe.shared_experts * m.moe.shared_ffn) +
+           " does not split over tp = " + std::to_string(q.tp);
+  // Megatron-LM's interleaved schedule runs microbatches in groups of pp per virtual stage (schedules.py): with a
+  // partial last group its order can wait forever (executor/schedule.h simulate_pipeline), and Megatron refuses it.
+  if (q.vpp > 1 && num_microbatches(p) % q.pp != 0)
+    return "the interleaved pipeline schedule needs the microbatches per step (" +
+           std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of pp = " +
+           std::to_string(q.pp) + "; change global_batch";
   for (const LayerSpec& l : m.layers)
     if (l.mixer == MixerKind::MLA)
       return "model " + m.name + " has MLA (multi-head latent attention) layers, which lcplan-exec lacks (it runs full "

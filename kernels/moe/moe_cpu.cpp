@@ -136,12 +136,113 @@ std::string poll_error(const ExecOptions& o) {
   return o.poll_rows >= 1 ? "" : "ExecOptions::poll_rows = " + std::to_string(o.poll_rows) + " must be at least 1";
 }
 
+// The Permute step's send side of a chunk: expert-major rows, per-expert counts, per-peer counts and displacements.
+void send_layout(ChunkBuffers& b, const int* idx, int K, int E, int P, int L, int H) {
+  const int n = (b.t1 - b.t0) * K;
+  std::vector<int> offsets(E + 1);
+  b.row_of_slot.resize(n);
+  expert_major_rows(idx + size_t(b.t0) * K, n, E, offsets.data(), b.row_of_slot.data());
+  b.send_by_expert.resize(E);
+  for (int e = 0; e < E; ++e) b.send_by_expert[e] = offsets[e + 1] - offsets[e];
+  b.send_counts.assign(P, 0);
+  b.send_displs.assign(P, 0);
+  for (int q = 0; q < P; ++q) {  // experts are contiguous per rank, so expert-major is also rank-major
+    b.send_displs[q] = size_t(offsets[q * L]) * H;
+    b.send_counts[q] = size_t(offsets[(q + 1) * L] - offsets[q * L]) * H;
+  }
+}
+
+// The Dispatch step's receive side of chunk `ch`, from the exchanged counts. Returns the rows received.
+size_t recv_layout(ChunkBuffers& b, const std::vector<int64_t>& counts_recv, int P, int N, int L, int H, int ch) {
+  b.recv_by_block.assign(size_t(P) * L, 0);
+  b.recv_counts.assign(P, 0);
+  b.recv_displs.assign(P, 0);
+  size_t rows = 0;
+  for (int q = 0; q < P; ++q) {
+    b.recv_displs[q] = rows * H;
+    for (int e = 0; e < L; ++e) {
+      const int64_t n = counts_recv[(size_t(q) * N + ch) * L + e];
+      b.recv_by_block[size_t(q) * L + e] = n;
+      rows += n;
+      b.recv_counts[q] += n * H;
+    }
+  }
+  return rows;
+}
+
+// Rows per (ETP rank, source, local expert) of chunk `ch`: every ETP rank's receive counts, in ETP-rank order.
+void etp_layout(ChunkBuffers& b, const MoeSaved& sv, int Q, int P, int N, int L, int ch) {
+  if (Q == 1) {
+    b.etp_by_block = b.recv_by_block;
+    return;
+  }
+  b.etp_by_block.assign(size_t(Q) * P * L, 0);
+  for (int q = 0; q < Q; ++q)
+    for (int s = 0; s < P; ++s)
+      for (int e = 0; e < L; ++e)
+        b.etp_by_block[(size_t(q) * P + s) * L + e] = sv.counts_recv_etp[((size_t(q) * P + s) * N + ch) * L + e];
+}
+
+// Rows each ETP rank received for a chunk (its part of the gathered rows).
+std::vector<int64_t> etp_rows(const ChunkBuffers& b, int Q, int P, int L) {
+  std::vector<int64_t> r(Q, 0);
+  for (int q = 0; q < Q; ++q)
+    for (int i = 0; i < P * L; ++i) r[q] += b.etp_by_block[size_t(q) * P * L + i];
+  return r;
+}
+
+// ETP all-gather of this rank's H-wide rows: every ETP rank's rows, in ETP-rank order (Megatron
+// gather_from_sequence_parallel_region over the expert-TP group, with per-rank sizes).
+std::vector<float> etp_gather(const comm::Comm& etp, const std::vector<float>& mine, const std::vector<int64_t>& rows,
+                              int H) {
+  const int Q = etp.size;
+  std::vector<size_t> sc(Q, mine.size()), sd(Q, 0), rc(Q), rd(Q);
+  size_t at = 0;
+  for (int q = 0; q < Q; ++q) {
+    rc[q] = size_t(rows[q]) * H;
+    rd[q] = at;
+    at += rc[q];
+  }
+  std::vector<float> out(at);
+  comm::all_to_all_v(etp, mine.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(), comm::DType::F32);
+  return out;
+}
+
+// ETP reduce-scatter of partial H-wide rows (ETP-rank-major, each rank's rows as gathered): each rank gets its own
+// rows summed over the ETP ranks in rank order, so every rank adds the same partials in the same order.
+std::vector<float> etp_reduce_scatter(const comm::Comm& etp, const std::vector<float>& partial,
+                                      const std::vector<int64_t>& rows, int H) {
+  const int Q = etp.size;
+  const size_t mine = size_t(rows[etp.rank]) * H;
+  std::vector<size_t> sc(Q), sd(Q), rc(Q, mine), rd(Q);
+  size_t at = 0;
+  for (int q = 0; q < Q; ++q) {
+    sc[q] = size_t(rows[q]) * H;
+    sd[q] = at;
+    at += sc[q];
+    rd[q] = size_t(q) * mine;
+  }
+  std::vector<float> got(size_t(Q) * mine), out(mine, 0.0f);
+  comm::all_to_all_v(etp, partial.data(), sc.data(), sd.data(), got.data(), rc.data(), rd.data(), comm::DType::F32);
+  for (int q = 0; q < Q; ++q)
+    for (size_t i = 0; i < mine; ++i) out[i] += got[size_t(q) * mine + i];
+  return out;
+}
+
 }  // namespace
 
 void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, int tokens,
                     const ChunkSchedule& s) {
+  check_moe_args(ep, comm::Comm{}, c, w, tokens, s);
+}
+
+void check_moe_args(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w, int tokens,
+                    const ChunkSchedule& s) {
   // Local checks first, then one collective verdict: a rank with bad input must not leave the others waiting.
   std::string err = moe_config_error(c, ep.size);
+  if (err.empty() && (c.expert_ffn % etp.size != 0 || local_ffn(c, w) * etp.size != c.expert_ffn))
+    err = "the weights hold " + std::to_string(local_ffn(c, w)) + " FFN columns per expert but expert_ffn / ETP = " +
+          std::to_string(c.expert_ffn) + " / " + std::to_string(etp.size) + "; choose an ETP size that divides expert_ffn";
   if (err.empty() && w.local_experts * ep.size != c.experts)
     err = "the weights hold " + std::to_string(w.local_experts) + " experts per rank but experts / EP = " +
           std::to_string(c.experts) + " / " + std::to_string(ep.size);
@@ -154,15 +255,48 @@ void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& 
   comm::require_same(ep, (static_cast<long long>(c.experts) << 20) | c.top_k, "experts/top_k");
   comm::require_same(ep, (static_cast<long long>(c.expert_ffn) << 24) | c.shared_ffn, "expert_ffn/shared_ffn");
   comm::require_same(ep, s.chunks, "ep_chunks");
+  if (etp.size > 1) {
+    comm::raise_if_any(etp, err);
+    comm::require_same(etp, (static_cast<long long>(c.experts) << 20) | c.top_k, "experts/top_k");
+    comm::require_same(etp, (static_cast<long long>(c.expert_ffn) << 24) | s.chunks, "expert_ffn/ep_chunks");
+  }
+}
+
+void restore_routing(const MoeConfig& c, const MoeWeights& w, int ep_size, int etp_size, const ChunkSchedule& s,
+                     MoeSaved& sv) {
+  const int H = c.hidden, E = c.experts, K = c.top_k, P = ep_size, L = w.local_experts, N = s.chunks;
+  const std::vector<int> bounds = chunk_bounds(sv.tokens, N, s.weights);
+  sv.counts_send.assign(size_t(P) * N * L, 0);
+  for (int ch = 0; ch < N; ++ch)
+    for (int t = bounds[ch]; t < bounds[ch + 1]; ++t)
+      for (int k = 0; k < K; ++k) {
+        const int e = sv.idx[size_t(t) * K + k];
+        ++sv.counts_send[(size_t(e / L) * N + ch) * L + e % L];
+      }
+  sv.chunks.resize(N);
+  for (int ch = 0; ch < N; ++ch) {
+    ChunkBuffers& b = sv.chunks[ch];
+    b.t0 = bounds[ch];
+    b.t1 = bounds[ch + 1];
+    send_layout(b, sv.idx.data(), K, E, P, L, H);
+    recv_layout(b, sv.counts_recv, P, N, L, H, ch);
+    etp_layout(b, sv, etp_size, P, N, L, ch);
+  }
 }
 
 void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
                  const float* x, int tokens, float* out, MoeSaved& sv, const ExecOptions& o,
                  std::vector<StepTime>* times) {
-  check_moe_args(ep, c, w, tokens, s);
+  moe_forward(ep, comm::Comm{}, c, w, s, x, tokens, out, sv, o, times);
+}
+
+void moe_forward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w,
+                 const ChunkSchedule& s, const float* x, int tokens, float* out, MoeSaved& sv, const ExecOptions& o,
+                 std::vector<StepTime>* times) {
+  check_moe_args(ep, etp, c, w, tokens, s);
   comm::raise_if_any(ep, poll_error(o));
-  const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
-  const int P = ep.size, L = w.local_experts, N = s.chunks, T = tokens;
+  const int H = c.hidden, E = c.experts, K = c.top_k, F = local_ffn(c, w), S = c.shared_ffn;
+  const int P = ep.size, L = w.local_experts, N = s.chunks, T = tokens, Q = etp.size;
   const RouterParams rp = router_params(c);
   const std::vector<int> bounds = chunk_bounds(T, N, s.weights);
   sv = MoeSaved{};
@@ -184,19 +318,7 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
     ChunkBuffers& b = sv.chunks[st.chunk];
     if (st.op == StepOp::Dispatch) {
       // Counts are known: size the receive side of this chunk.
-      b.recv_by_block.assign(size_t(P) * L, 0);
-      b.recv_counts.assign(P, 0);
-      b.recv_displs.assign(P, 0);
-      size_t rows = 0;
-      for (int q = 0; q < P; ++q) {
-        b.recv_displs[q] = rows * H;
-        for (int e = 0; e < L; ++e) {
-          const int64_t n = sv.counts_recv[(size_t(q) * N + st.chunk) * L + e];
-          b.recv_by_block[size_t(q) * L + e] = n;
-          rows += n;
-          b.recv_counts[q] += n * H;
-        }
-      }
+      const size_t rows = recv_layout(b, sv.counts_recv, P, N, L, H, st.chunk);
       b.xr.resize(rows * H);
       return comm::iall_to_all_v(ep, b.xp.data(), b.send_counts.data(), b.send_displs.data(), b.xr.data(),
                                  b.recv_counts.data(), b.recv_displs.data(), comm::DType::F32);
@@ -231,17 +353,7 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
       case StepOp::Permute: {
         ChunkBuffers& b = sv.chunks[st.chunk];
         const int n = (b.t1 - b.t0) * K;
-        std::vector<int> offsets(E + 1);
-        b.row_of_slot.resize(n);
-        expert_major_rows(&sv.idx[size_t(b.t0) * K], n, E, offsets.data(), b.row_of_slot.data());
-        b.send_by_expert.resize(E);
-        for (int e = 0; e < E; ++e) b.send_by_expert[e] = offsets[e + 1] - offsets[e];
-        b.send_counts.assign(P, 0);
-        b.send_displs.assign(P, 0);
-        for (int q = 0; q < P; ++q) {  // experts are contiguous per rank, so expert-major is also rank-major
-          b.send_displs[q] = size_t(offsets[q * L]) * H;
-          b.send_counts[q] = size_t(offsets[(q + 1) * L] - offsets[q * L]) * H;
-        }
+        send_layout(b, sv.idx.data(), K, E, P, L, H);
         b.xp.resize(size_t(n) * H);
         for (int i = 0; i < n; ++i)
           std::memcpy(&b.xp[size_t(b.row_of_slot[i]) * H], x + size_t(b.t0 + i / K) * H, sizeof(float) * H);
@@ -266,13 +378,26 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
       }
       case StepOp::ExpertFwd: {
         ChunkBuffers& b = sv.chunks[st.chunk];
-        const int64_t rows = static_cast<int64_t>(b.xr.size() / H);
-        b.xe.resize(b.xr.size());
-        reorder_rows(b.recv_by_block.data(), P, L, b.xr.data(), b.xe.data(), H, true);
+        // ETP: every ETP rank's counts once per pass, then this chunk's received rows of every ETP rank; the GEMMs
+        // run on (ETP rank, source) blocks as if there were Q * P sources.
+        if (Q > 1 && sv.counts_recv_etp.empty()) {
+          sv.counts_recv_etp.resize(size_t(Q) * sv.counts_recv.size());
+          comm::all_gather(etp, sv.counts_recv.data(), sv.counts_recv_etp.data(), sv.counts_recv.size(),
+                           comm::DType::I64);
+        }
+        etp_layout(b, sv, Q, P, N, L, st.chunk);
+        const std::vector<int64_t> peer_rows = etp_rows(b, Q, P, L);
+        std::vector<float> gathered;
+        if (Q > 1) gathered = etp_gather(etp, b.xr, peer_rows, H);
+        const std::vector<float>& xin = Q > 1 ? gathered : b.xr;
+        const int64_t rows = static_cast<int64_t>(xin.size() / H);
+        const int PQ = P * Q;
+        b.xe.resize(xin.size());
+        reorder_rows(b.etp_by_block.data(), PQ, L, xin.data(), b.xe.data(), H, true);
         b.h1.resize(size_t(rows) * 2 * F);
         b.act.resize(size_t(rows) * F);
         std::vector<float> ye(size_t(rows) * H);
-        const auto off = expert_offsets(b.recv_by_block, P, L);
+        const auto off = expert_offsets(b.etp_by_block, PQ, L);
         for (int e = 0; e < L; ++e) {
           const int64_t r0 = off[e], n = off[e + 1] - off[e];
           if (!n) continue;
@@ -280,8 +405,14 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
           swiglu_rows(&b.h1[r0 * 2 * F], &b.act[r0 * F], n, F);
           gemm_rows(&b.act[r0 * F], &w.w2[size_t(e) * F * H], &ye[r0 * H], n, F, H, poll, o.poll_rows);
         }
-        b.ye_src.resize(ye.size());
-        reorder_rows(b.recv_by_block.data(), P, L, ye.data(), b.ye_src.data(), H, false);
+        if (Q > 1) {
+          std::vector<float> by_rank(ye.size());
+          reorder_rows(b.etp_by_block.data(), PQ, L, ye.data(), by_rank.data(), H, false);
+          b.ye_src = etp_reduce_scatter(etp, by_rank, peer_rows, H);
+        } else {
+          b.ye_src.resize(ye.size());
+          reorder_rows(b.recv_by_block.data(), P, L, ye.data(), b.ye_src.data(), H, false);
+        }
         break;
       }
       case StepOp::Unpermute: {
@@ -311,13 +442,19 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
 void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
                   MoeSaved& sv, const float* dout, float* dx, MoeWeights& g, const ExecOptions& o,
                   std::vector<StepTime>* times) {
+  moe_backward(ep, comm::Comm{}, c, w, s, sv, dout, dx, g, o, times);
+}
+
+void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w,
+                  const ChunkSchedule& s, MoeSaved& sv, const float* dout, float* dx, MoeWeights& g,
+                  const ExecOptions& o, std::vector<StepTime>* times) {
   std::string err = poll_error(o);
   if (err.empty() && static_cast<int>(sv.chunks.size()) != s.chunks)
     err = "backward schedule has " + std::to_string(s.chunks) + " chunks but the forward ran with " +
           std::to_string(sv.chunks.size());
   comm::raise_if_any(ep, err);  // collective, so a rank with a mismatched schedule cannot strand the others
-  const int H = c.hidden, E = c.experts, K = c.top_k, F = c.expert_ffn, S = c.shared_ffn;
-  const int P = ep.size, L = w.local_experts, T = sv.tokens;
+  const int H = c.hidden, E = c.experts, K = c.top_k, F = local_ffn(c, w), S = c.shared_ffn;
+  const int P = ep.size, L = w.local_experts, T = sv.tokens, Q = etp.size, PQ = P * Q;
   const float* x = sv.x;
   const RouterParams rp = router_params(c);
   g = zeros_like(w);
@@ -386,12 +523,17 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
       }
       case StepOp::ExpertDgrad: {
         ChunkBuffers& b = sv.chunks[st.chunk];
-        const int64_t rows = recv_rows(b);
-        b.dye.resize(b.dyr.size());
-        reorder_rows(b.recv_by_block.data(), P, L, b.dyr.data(), b.dye.data(), H, true);
+        // ETP: the output gradient of every ETP rank's received rows (each rank's columns need all of them).
+        const std::vector<int64_t> peer_rows = etp_rows(b, Q, P, L);
+        std::vector<float> gathered;
+        if (Q > 1) gathered = etp_gather(etp, b.dyr, peer_rows, H);
+        const std::vector<float>& din = Q > 1 ? gathered : b.dyr;
+        const int64_t rows = static_cast<int64_t>(din.size() / H);
+        b.dye.resize(din.size());
+        reorder_rows(b.etp_by_block.data(), PQ, L, din.data(), b.dye.data(), H, true);
         b.dh1.resize(size_t(rows) * 2 * F);
         std::vector<float> dact(size_t(rows) * F), dxe(size_t(rows) * H);
-        const auto off = expert_offsets(b.recv_by_block, P, L);
+        const auto off = expert_offsets(b.etp_by_block, PQ, L);
         for (int e = 0; e < L; ++e) {
           const int64_t r0 = off[e], n = off[e + 1] - off[e];
           if (!n) continue;
@@ -400,8 +542,14 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
           gemm_rows_bt(&b.dh1[r0 * 2 * F], &w.w1[size_t(e) * H * 2 * F], &dxe[r0 * H], n, 2 * F, H, poll,
                        o.poll_rows);
         }
-        b.dx_src.resize(dxe.size());
-        reorder_rows(b.recv_by_block.data(), P, L, dxe.data(), b.dx_src.data(), H, false);
+        if (Q > 1) {
+          std::vector<float> by_rank(dxe.size());
+          reorder_rows(b.etp_by_block.data(), PQ, L, dxe.data(), by_rank.data(), H, false);
+          b.dx_src = etp_reduce_scatter(etp, by_rank, peer_rows, H);
+        } else {
+          b.dx_src.resize(dxe.size());
+          reorder_rows(b.recv_by_block.data(), P, L, dxe.data(), b.dx_src.data(), H, false);
+        }
         break;
       }
       case StepOp::ExpertWgrad: {
@@ -411,11 +559,11 @@ void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w,
         for (int e = 0; e < L; ++e) {
           float* gw1 = &g.w1[size_t(e) * H * 2 * F];
           float* gw2 = &g.w2[size_t(e) * F * H];
-          for (int q = 0; q < P; ++q)
+          for (int q = 0; q < PQ; ++q)  // (ETP rank, source) blocks in order
             for (const ChunkBuffers& b : sv.chunks) {
-              const int64_t n = b.recv_by_block[size_t(q) * L + e];
+              const int64_t n = b.etp_by_block[size_t(q) * L + e];
               if (!n) continue;
-              const int64_t r0 = block_offset_expert_major(b.recv_by_block.data(), P, L, q, e);
+              const int64_t r0 = block_offset_expert_major(b.etp_by_block.data(), PQ, L, q, e);
               gemm_at(b.act.data() + r0 * F, b.dye.data() + r0 * H, gw2, n, F, H, poll, o.poll_rows);
               gemm_at(b.xe.data() + r0 * H, b.dh1.data() + r0 * 2 * F, gw1, n, H, 2 * F, poll, o.poll_rows);
             }

@@ -2,6 +2,12 @@
 // (chunk_schedule.h): router -> permute -> dispatch -> grouped SwiGLU experts -> combine -> unpermute, plus the
 // shared expert; backward with per-chunk dgrad and a delayed wgrad. Communication steps are non-blocking MPI
 // calls polled between GEMM row blocks, so chunk i's all-to-all runs while chunk j computes.
+//
+// Expert tensor parallelism (Megatron-LM --expert-tensor-parallel-size, MoEAlltoAllTokenDispatcher): each routed
+// expert's FFN columns are split over an ETP group; after the EP dispatch the rows an expert received are
+// all-gathered over ETP, every ETP rank runs its columns of fc1 / SwiGLU / fc2 on all of them, and the partial
+// outputs are reduce-scattered back (summed in ETP-rank order) to the rank that received them; the backward mirrors
+// it. A size-1 ETP group (the overloads without one) is plain EP.
 #pragma once
 
 #include <cstdint>
@@ -45,11 +51,18 @@ struct MoeWeights {
   std::vector<float> shared_w1;    // hidden x 2*shared_ffn
   std::vector<float> shared_w2;    // shared_ffn x hidden
   std::vector<float> shared_gate;  // hidden (when shared_gate)
+  // Expert tensor parallelism: this rank's FFN columns [ffn_first, ffn_first + ffn_local) of every local expert
+  // (w1 is local x hidden x 2*ffn_local as [gate | up] of those columns, w2 local x ffn_local x hidden); 0 = all.
+  int ffn_first = 0, ffn_local = 0;
 };
+// FFN columns of each local expert on this rank.
+inline int local_ffn(const MoeConfig& c, const MoeWeights& w) { return w.ffn_local > 0 ? w.ffn_local : c.expert_ffn; }
 
 // Deterministic weights whose values depend only on (seed, tensor, global index): the shards of EP ranks
 // are slices of the single-rank weights. Throws std::invalid_argument when ep_size does not divide experts.
-MoeWeights make_weights(const MoeConfig& c, int ep_rank, int ep_size, uint64_t seed);
+// With etp_size > 1 the ETP rank's columns of each expert (slices of the same weights).
+MoeWeights make_weights(const MoeConfig& c, int ep_rank, int ep_size, uint64_t seed, int etp_rank = 0,
+                        int etp_size = 1);
 MoeWeights zeros_like(const MoeWeights& w);
 
 struct ExecOptions {
@@ -70,6 +83,9 @@ struct ChunkBuffers {
   std::vector<int64_t> send_by_expert;   // rows sent to each global expert
   std::vector<int64_t> recv_by_block;    // rows received per (source rank, local expert)
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer
+  // Rows per (ETP rank, source rank, local expert) that the expert GEMMs run on: xe, h1, act, dye and dh1 hold them
+  // expert-major, ETP rank by ETP rank (without ETP: recv_by_block).
+  std::vector<int64_t> etp_by_block;
   std::vector<float> xp, xr, xe, h1, act, ye_src, yp;
   std::vector<float> dyp, dyr, dye, dh1, dx_src, dxp;
 };
@@ -81,6 +97,7 @@ struct MoeSaved {
   std::vector<int> idx;                  // tokens x top_k
   std::vector<float> w;                  // tokens x top_k
   std::vector<int64_t> counts_send, counts_recv;  // [peer][chunk][local expert]
+  std::vector<int64_t> counts_recv_etp;           // ETP: every ETP rank's counts_recv, [ETP rank][peer][chunk][expert]
   std::vector<float> sh1, sact, sout, sgate;      // shared expert
   std::vector<ChunkBuffers> chunks;
   std::vector<float> dw, dx_routed, dx_shared;
@@ -89,6 +106,9 @@ struct MoeSaved {
 // Collective argument check (every rank of `ep` calls it; all of them throw the same std::invalid_argument):
 // EP dividing experts, top-k and groups in range, chunks <= local tokens on every rank, same config everywhere.
 void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, int tokens,
+                    const ChunkSchedule& s);
+// The same with an ETP group (expert_ffn divisible by it, the weights holding its share, same config on it).
+void check_moe_args(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w, int tokens,
                     const ChunkSchedule& s);
 
 // out[tokens x hidden] = MoE(x). Calls check_moe_args first. For the same EP group, outputs and gradients are
@@ -103,5 +123,20 @@ void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, 
 void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
                   MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads, const ExecOptions& o = {},
                   std::vector<StepTime>* times = nullptr);
+
+// With expert tensor parallelism over `etp` (every rank of ep and etp calls them; a size-1 etp is the calls above).
+void moe_forward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w,
+                 const ChunkSchedule& s, const float* x, int tokens, float* out, MoeSaved& saved,
+                 const ExecOptions& o = {}, std::vector<StepTime>* times = nullptr);
+void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w,
+                  const ChunkSchedule& s, MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads,
+                  const ExecOptions& o = {}, std::vector<StepTime>* times = nullptr);
+
+// Rebuilds every chunk's routing fields (token range, row_of_slot, per-expert and per-peer send and receive counts
+// and displacements, etp_by_block) and counts_send from saved.tokens, saved.idx, saved.counts_recv and (ETP)
+// saved.counts_recv_etp, exactly as the forward's steps set them: a caller that dropped the layer's state between
+// the passes (lcplan-exec keeps bf16 copies) restores it with this, then refills xe, h1, act and yp.
+void restore_routing(const MoeConfig& c, const MoeWeights& w, int ep_size, int etp_size, const ChunkSchedule& s,
+                     MoeSaved& saved);
 
 }  // namespace lcplan::moe

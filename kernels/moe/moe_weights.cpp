@@ -59,8 +59,11 @@ std::string moe_config_error(const MoeConfig& c, int ep_size) {
   return "";
 }
 
-MoeWeights make_weights(const MoeConfig& c, int ep_rank, int ep_size, uint64_t seed) {
-  const std::string err = moe_config_error(c, ep_size);
+MoeWeights make_weights(const MoeConfig& c, int ep_rank, int ep_size, uint64_t seed, int etp_rank, int etp_size) {
+  std::string err = moe_config_error(c, ep_size);
+  if (err.empty() && (etp_size < 1 || c.expert_ffn % etp_size != 0 || etp_rank < 0 || etp_rank >= etp_size))
+    err = "expert_ffn = " + std::to_string(c.expert_ffn) + " is not divisible by ETP = " + std::to_string(etp_size) +
+          " (or ETP rank " + std::to_string(etp_rank) + " is out of range); choose an ETP size that divides it";
   if (!err.empty()) throw std::invalid_argument(err);
   const size_t H = c.hidden, E = c.experts, F = c.expert_ffn, S = c.shared_ffn;
   MoeWeights w;
@@ -72,6 +75,23 @@ MoeWeights make_weights(const MoeConfig& c, int ep_rank, int ep_size, uint64_t s
   const size_t n1 = H * 2 * F, n2 = F * H;
   fill(w.w1, w.local_experts * n1, seed, 3, w.first_expert * n1, sh);
   fill(w.w2, w.local_experts * n2, seed, 4, w.first_expert * n2, sf);
+  if (etp_size > 1) {
+    // This ETP rank's columns of each expert: [gate | up] halves of w1, the matching rows of w2.
+    const size_t Fe = F / etp_size, f0 = size_t(etp_rank) * Fe;
+    std::vector<float> w1(w.local_experts * H * 2 * Fe), w2(w.local_experts * Fe * H);
+    for (size_t e = 0; e < size_t(w.local_experts); ++e) {
+      for (size_t h = 0; h < H; ++h)
+        for (size_t j = 0; j < Fe; ++j) {
+          w1[(e * H + h) * 2 * Fe + j] = w.w1[(e * H + h) * 2 * F + f0 + j];
+          w1[(e * H + h) * 2 * Fe + Fe + j] = w.w1[(e * H + h) * 2 * F + F + f0 + j];
+        }
+      std::copy(w.w2.begin() + (e * F + f0) * H, w.w2.begin() + (e * F + f0 + Fe) * H, w2.begin() + e * Fe * H);
+    }
+    w.w1 = std::move(w1);
+    w.w2 = std::move(w2);
+    w.ffn_first = int(f0);
+    w.ffn_local = int(Fe);
+  }
   if (S) {
     fill(w.shared_w1, H * 2 * S, seed, 5, 0, sh);
     fill(w.shared_w2, S * H, seed, 6, 0, 1.0f / std::sqrt(float(S)));

@@ -27,6 +27,8 @@ inline Hardware h100() { return load_hardware("h100-sxm-80gb", LCPLAN_SOURCE_DIR
 
 struct PlanArgs {
   int gpus = 1, cp = 1, ep = 1, global_batch = 0, micro_batch = 1, ep_chunks = 1, recompute_layers = 0;
+  int tp = 1, pp = 1, vpp = 1, etp = 1;
+  PipelineLayout pipeline;  // uneven first/last stage layers or explicit layers per virtual stage
   int64_t seq = 8192;
   OptimizerSharding sharding = OptimizerSharding::None;
   Recompute recompute = Recompute::None;
@@ -42,6 +44,12 @@ inline Plan make_plan(const std::string& model, const PlanArgs& a) {
   p.global_batch = a.global_batch;
   p.parallel.cp = a.cp;
   p.parallel.ep = a.ep;
+  p.parallel.tp = a.tp;
+  p.parallel.pp = a.pp;
+  p.parallel.vpp = a.vpp;
+  p.parallel.etp = a.etp;
+  p.pipeline = a.pipeline;
+  p.sequence_parallel = true;
   p.optimizer_sharding = a.sharding;
   p.recompute = a.recompute;
   p.recompute_layers = a.recompute_layers;

@@ -3,6 +3,7 @@
 // the tracking allocator, and the refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "calibrate/measurement.h"
@@ -10,6 +11,8 @@
 #include "estimator/derived_plan.h"
 #include "estimator/plan_rules.h"
 #include "executor/compare.h"
+#include "executor/exec_model.h"
+#include "executor/schedule.h"
 #include "executor/scale.h"
 #include "executor/tracking_allocator.h"
 #include "models/params.h"
@@ -89,7 +92,7 @@ TEST(ExecModel, UnitsMatchTheEstimatorsCounts) {
     const ScaledCase sc = executor_case(full, plan_of(name, 4, 1, ep), {32, 1});
     const ModelSpec& m = sc.model;
     const Dims d = make_dims(m);
-    const std::vector<UnitLayout> units = model_units(m, d, 0, ep);
+    const std::vector<UnitLayout> units = model_units(m, d, {0, ep});
     double total = 0;
     for (const UnitLayout& u : units) {
       total += double(u.n_dense) + double(u.n_expert) * ep;
@@ -262,17 +265,155 @@ TEST(Refusals, OneSentenceNamingTheValue) {
   const ModelSpec llama = zoo("llama-3.1-8b");
   Plan p = plan_of("llama-3.1-8b", 4, 1, 1);
   p.parallel.pp = 2;
-  EXPECT_NE(executor_support_error(llama, p).find("pp = 2"), std::string::npos);
-  p.parallel.pp = 1;
   p.parallel.tp = 2;
-  EXPECT_NE(executor_support_error(llama, p).find("tp = 2"), std::string::npos);
-  p.parallel.tp = 1;
-  EXPECT_EQ(executor_support_error(llama, p), "");
+  EXPECT_EQ(executor_support_error(llama, p), "");  // pipeline and tensor parallel plans run
+  p.sequence_parallel = false;
+  EXPECT_NE(executor_support_error(llama, p).find("sequence_parallel = false"), std::string::npos);
+  p.sequence_parallel = true;
+  ModelSpec odd = llama;
+  odd.vocab = 1001;
+  EXPECT_NE(executor_support_error(odd, p).find("vocabulary of 1001"), std::string::npos);
+  // Interleaving with 2 microbatches per step on pp = 4: Megatron's schedule needs a multiple of pp.
+  Plan v = plan_of("llama-3.1-8b", 4, 1, 1);
+  v.parallel.pp = 4;
+  v.parallel.vpp = 2;
+  v.global_batch = 2;
+  EXPECT_NE(executor_support_error(llama, v).find("multiple of pp = 4"), std::string::npos);
+  v.global_batch = 8;
+  EXPECT_EQ(executor_support_error(llama, v), "");
+  p = plan_of("llama-3.1-8b", 4, 1, 1);
   p.precision = Precision::FP8;
   EXPECT_NE(executor_support_error(llama, p).find("fp8"), std::string::npos);
   EXPECT_NE(executor_support_error(zoo("deepseek-v3"), plan_of("deepseek-v3", 4, 1, 4)).find("MLA"), std::string::npos);
   EXPECT_NE(executor_support_error(zoo("gpt-oss-120b"), plan_of("gpt-oss-120b", 4, 1, 4)).find("gpt-oss"),
             std::string::npos);
+}
+
+// The schedule lcplan-exec runs holds, at the start of each stage's first backward, exactly the in-flight
+// microbatches the estimator assumes per virtual chunk (estimator/derived_plan.cpp inflight), for 1F1B and the
+// interleaved schedule; and every stage's list completes against the others (no wait forever).
+TEST(Schedule, InFlightMicrobatchesAreTheEstimators) {
+  const ModelSpec base = zoo("llama-3.1-8b");
+  const Hardware hw = h100();
+  int checked = 0;
+  for (int pp : {1, 2, 3, 4, 8})
+    for (int vpp : {1, 2, 3})
+      for (int mult : {1, 2, 3}) {
+        if (vpp > 1 && pp == 1) continue;
+        const int M = pp * mult;
+        ModelSpec m = base;
+        m.layers.resize(size_t(pp * vpp * 2));
+        Plan p = plan_of("llama-3.1-8b", pp, 1, 1, 8192);
+        p.parallel.pp = pp;
+        p.parallel.vpp = vpp;
+        p.global_batch = M;
+        ASSERT_EQ(check_plan(m, p), std::nullopt);
+        const DerivedPlan d = derive_plan(m, p, hw);
+        ASSERT_EQ(simulate_pipeline(pp, vpp, M), "") << pp << " " << vpp << " " << M;
+        for (int r = 0; r < pp; ++r) {
+          const std::vector<int> held = held_at_first_backward(pp, vpp, r, M);
+          for (const LayerRecord& l : d.layers)
+            if (l.stage == r) {
+              EXPECT_EQ(double(held[size_t(l.vchunk)]), l.inflight)
+                  << "pp " << pp << " vpp " << vpp << " M " << M << " stage " << r << " chunk " << l.vchunk;
+              ++checked;
+            }
+        }
+      }
+  EXPECT_GT(checked, 500);
+  // 1F1B completes for every microbatch count; the interleaved order waits forever on a partial last group.
+  for (int M = 1; M <= 9; ++M) EXPECT_EQ(simulate_pipeline(4, 1, M), "") << M;
+  EXPECT_NE(simulate_pipeline(4, 3, 5), "");
+  // Megatron's 1F1B order on the first of 4 stages with 6 microbatches: 3 warmup forwards, then F B pairs.
+  const std::vector<PipeAction> a = pipeline_schedule(4, 1, 0, 6);
+  std::string order;
+  for (const PipeAction& x : a) order += (x.forward ? "F" : "B") + std::to_string(x.microbatch) + " ";
+  EXPECT_EQ(order, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5 ");
+}
+
+// Each TP / ETP rank's units hold the parameters the estimator counts per rank (derived_plan unit params: the
+// TP-split weights / tp plus the replicated vectors, routed experts / (ep * etp)), and the TP shards of one tensor
+// are disjoint slices that together cover it.
+TEST(ExecModel, TensorParallelShardsMatchTheEstimator) {
+  for (const char* name : {"qwen3.5-35b-a3b", "llama-3.1-8b", "qwen3-30b-a3b"}) {
+    const ModelSpec full = zoo(name);
+    const bool moe = full.moe.num_experts > 0;
+    PlanArgs a;
+    a.gpus = 8;
+    a.tp = 2;
+    a.ep = moe ? 2 : 1;
+    a.etp = moe ? 2 : 1;
+    a.seq = 131072;
+    const Plan plan = make_plan(name, a);
+    const ScaledCase sc = executor_case(full, plan, {32, 1});
+    ASSERT_EQ(check_plan(sc.model, sc.plan), std::nullopt) << name;
+    ASSERT_EQ(executor_support_error(sc.model, sc.plan), "") << name;
+    const DerivedPlan d = derive_plan(sc.model, sc.plan, h100());
+    std::vector<std::vector<size_t>> seen;  // global indices of every tensor element over the TP ranks
+    for (int t = 0; t < 2; ++t) {
+      const Dims dims = make_dims(sc.model, 2, t, a.etp, t % a.etp);
+      const std::vector<UnitLayout> units = model_units(sc.model, dims, {0, a.ep, t % a.etp, a.etp});
+      for (const UnitLayout& u : units) {
+        if (u.kind != UnitKind::Layer) {
+          EXPECT_EQ(double(u.n_dense), u.kind == UnitKind::FinalNorm ? sc.model.hidden
+                                                                     : double(sc.model.vocab) * sc.model.hidden / 2)
+              << name << " " << u.name;
+          continue;
+        }
+        int kind = -1;
+        for (const LayerRecord& r : d.layers)
+          if (&r - &d.layers[0] == u.layer) kind = r.kind;
+        ASSERT_GE(kind, 0);
+        EXPECT_EQ(double(u.n_dense), d.kinds[size_t(kind)].params.dense) << name << " " << u.name;
+        EXPECT_EQ(double(u.n_expert), d.kinds[size_t(kind)].params.expert) << name << " " << u.name;
+        if (u.layer == 0) {
+          if (seen.empty()) seen.resize(u.tensors.size());
+          for (size_t k = 0; k < u.tensors.size(); ++k)
+            if (!u.tensors[k].tp_replicated && !u.tensors[k].expert)
+              for (size_t i = 0; i < u.tensors[k].size; ++i) seen[k].push_back(global_index(u.tensors[k], i));
+        }
+      }
+    }
+    const std::vector<UnitLayout> whole = model_units(sc.model, make_dims(sc.model));
+    for (size_t k = 0; k < seen.size(); ++k) {
+      if (seen[k].empty()) continue;
+      std::sort(seen[k].begin(), seen[k].end());
+      EXPECT_EQ(std::adjacent_find(seen[k].begin(), seen[k].end()), seen[k].end()) << name << " tensor " << k;
+      EXPECT_EQ(seen[k].size(), whole[1].tensors[k].size) << name << " " << whole[1].tensors[k].name;
+      EXPECT_EQ(seen[k].back(), whole[1].tensors[k].size - 1) << name << " " << whole[1].tensors[k].name;
+    }
+  }
+}
+
+// The scale rules keep every TP split whole: heads and KV heads (and gated DeltaNet key heads times cp) divisible
+// by tp, the vocabulary and the FFN widths by tp, expert FFN widths by etp.
+TEST(Scale, TensorParallelDivisibility) {
+  int checked = 0;
+  for (const char* name : {"qwen3.5-35b-a3b", "llama-3.1-8b", "mixtral-8x7b", "qwen3-next-80b-a3b"})
+    for (int tp : {2, 4, 8}) {
+      PlanArgs a;
+      a.gpus = 8 * tp;
+      a.tp = tp;
+      a.cp = 2;
+      a.seq = 131072;
+      const ModelSpec full = zoo(name);
+      if (full.moe.num_experts > 0) a.etp = 2;
+      if (check_plan(full, make_plan(name, a))) continue;  // tp above the model's KV heads: not a plan to scale
+      ++checked;
+      const ScaledCase sc = executor_case(full, make_plan(name, a), {64, 1});
+      const ModelSpec& m = sc.model;
+      EXPECT_EQ(m.attn.heads % tp, 0) << name << " tp " << tp;
+      EXPECT_EQ(m.attn.kv_heads % tp, 0) << name << " tp " << tp;
+      EXPECT_EQ(m.linear.key_heads % (2 * tp), 0) << name << " tp " << tp;
+      EXPECT_EQ(m.linear.value_heads % tp, 0) << name << " tp " << tp;
+      EXPECT_EQ(m.vocab % tp, 0) << name << " tp " << tp;
+      EXPECT_EQ(m.dense_ffn % tp, 0) << name << " tp " << tp;
+      EXPECT_EQ(m.moe.shared_ffn % tp, 0) << name << " tp " << tp;
+      EXPECT_EQ(m.moe.expert_ffn % 2, 0) << name;
+      EXPECT_EQ(sc.plan.seq_len % (2 * 2 * tp), 0) << name;
+      EXPECT_EQ(check_plan(m, sc.plan), std::nullopt) << name << " tp " << tp;
+    }
+  EXPECT_GE(checked, 6);
 }
 
 }  // namespace

@@ -224,6 +224,96 @@ TEST(MoeLayer, ExpertParallelEqualsSingleRankAndDoubleReference) {
   comm::free_comm(self);
 }
 
+// Expert tensor parallelism (ETP 2 x EP 2 on 4 ranks, Megatron's expert rank order etp-ep: ETP groups {0,1} and
+// {2,3}, EP groups {0,2} and {1,3}): every rank's tokens, output, input gradient and its columns of its experts'
+// weight gradients against the double reference on the whole batch. The ETP partial outputs are summed over half
+// the FFN columns each, so the fp32 rounding differs from the single-rank layer's, within the same bound.
+TEST(MoeLayer, ExpertTensorParallelEqualsDoubleReference) {
+  World W;
+  if (W.c.size != 4) GTEST_SKIP() << "needs 4 ranks";
+  const int etp_rank = W.c.rank % 2, ep_rank = W.c.rank / 2;
+  comm::Comm etp = comm::split(W.c, {ep_rank * 2, ep_rank * 2 + 1});
+  comm::Comm ep = comm::split(W.c, {etp_rank, etp_rank + 2});
+  for (Router kind : {Router::SoftmaxTopK, Router::SigmoidGroupLimited})
+    for (int chunks : {1, 2}) {
+      const MoeConfig c = small_config(kind);
+      MoeWeights w = make_weights(c, ep_rank, 2, 7, etp_rank, 2);
+      MoeWeights full = make_weights(c, 0, 1, 7);
+      if (kind == Router::SigmoidGroupLimited) {  // starve experts 2, 3 and 5: whole blocks receive nothing
+        for (MoeWeights* m : {&w, &full}) m->expert_bias[2] = m->expert_bias[3] = m->expert_bias[5] = -10.f;
+      }
+      std::vector<int> tokens(W.c.size);
+      for (int r = 0; r < W.c.size; ++r) tokens[r] = 4 + 3 * r;
+      const int T = tokens[W.c.rank];
+      int total = 0, first = 0;
+      for (int r = 0; r < W.c.size; ++r) {
+        if (r == W.c.rank) first = total;
+        total += tokens[r];
+      }
+      std::vector<double> xd, dd;
+      std::vector<float> x, d;
+      for (int r = 0; r < W.c.size; ++r) {
+        const auto xr = inputs(tokens[r], c.hidden, r), dr = inputs(tokens[r], c.hidden, 50 + r);
+        xd.insert(xd.end(), xr.begin(), xr.end());
+        dd.insert(dd.end(), dr.begin(), dr.end());
+        if (r == W.c.rank) {
+          x = xr;
+          d = dr;
+        }
+      }
+      Pass p;
+      p.out.assign(x.size(), 0.f);
+      p.dx.assign(x.size(), 0.f);
+      MoeSaved sv;
+      moe_forward(ep, etp, c, w, make_chunk_schedule(chunks), x.data(), T, p.out.data(), sv);
+      moe_backward(ep, etp, c, w, make_chunk_schedule(chunks), sv, d.data(), p.dx.data(), p.grads);
+      std::vector<double> out_d(xd.size());
+      moe_reference_forward(c, full, xd.data(), total, out_d.data());
+      const ReferenceGrads<double> rg = moe_reference_backward(c, full, xd.data(), total, dd.data());
+      const std::string what = "router " + std::to_string(int(kind)) + " chunks " + std::to_string(chunks);
+      auto mine = [&](const std::vector<double>& v) {
+        return std::vector<double>(v.begin() + size_t(first) * c.hidden, v.begin() + size_t(first + T) * c.hidden);
+      };
+      EXPECT_LE(rel_err(p.out, mine(out_d)), kVsDoubleTol) << what << " out";
+      EXPECT_LE(rel_err(p.dx, mine(rg.dx)), kVsDoubleTol) << what << " dx";
+      // This rank's columns of its experts: [gate | up] halves of w1, rows of w2.
+      const size_t H = c.hidden, F = c.expert_ffn, Fe = F / 2, f0 = size_t(etp_rank) * Fe;
+      std::vector<double> w1, w2;
+      for (size_t e = size_t(w.first_expert); e < size_t(w.first_expert + w.local_experts); ++e) {
+        for (size_t h = 0; h < H; ++h) {
+          for (size_t j = 0; j < Fe; ++j) w1.push_back(rg.w1[(e * H + h) * 2 * F + f0 + j]);
+          for (size_t j = 0; j < Fe; ++j) w1.push_back(rg.w1[(e * H + h) * 2 * F + F + f0 + j]);
+        }
+        w2.insert(w2.end(), rg.w2.begin() + (e * F + f0) * H, rg.w2.begin() + (e * F + f0 + Fe) * H);
+      }
+      EXPECT_LE(rel_err(p.grads.w1, w1), kVsDoubleTol) << what << " w1";
+      EXPECT_LE(rel_err(p.grads.w2, w2), kVsDoubleTol) << what << " w2";
+      // Router and shared expert: per-rank partial sums over its own tokens.
+      for (auto* v : {&p.grads.router, &p.grads.shared_w1, &p.grads.shared_w2, &p.grads.shared_gate})
+        comm::all_reduce(W.c, v->data(), v->size(), comm::DType::F32, comm::ReduceOp::Sum);
+      EXPECT_LE(rel_err(p.grads.router, rg.router), kVsDoubleTol) << what << " router";
+      EXPECT_LE(rel_err(p.grads.shared_w1, rg.shared_w1), kVsDoubleTol) << what << " shared_w1";
+      EXPECT_LE(rel_err(p.grads.shared_w2, rg.shared_w2), kVsDoubleTol) << what << " shared_w2";
+      // restore_routing rebuilds exactly the routing state the forward left.
+      MoeSaved again;
+      again.tokens = sv.tokens;
+      again.idx = sv.idx;
+      again.counts_recv = sv.counts_recv;
+      again.counts_recv_etp = sv.counts_recv_etp;
+      restore_routing(c, w, 2, 2, make_chunk_schedule(chunks), again);
+      ASSERT_EQ(again.chunks.size(), sv.chunks.size());
+      EXPECT_EQ(again.counts_send, sv.counts_send) << what;
+      for (size_t k = 0; k < sv.chunks.size(); ++k) {
+        EXPECT_EQ(again.chunks[k].row_of_slot, sv.chunks[k].row_of_slot) << what;
+        EXPECT_EQ(again.chunks[k].recv_counts, sv.chunks[k].recv_counts) << what;
+        EXPECT_EQ(again.chunks[k].send_displs, sv.chunks[k].send_displs) << what;
+        EXPECT_EQ(again.chunks[k].etp_by_block, sv.chunks[k].etp_by_block) << what;
+      }
+    }
+  comm::free_comm(ep);
+  comm::free_comm(etp);
+}
+
 TEST(MoeLayer, GradientsMatchFiniteDifferences) {
   // Tiny layer on each rank's own communicator; the double-precision reference gives the finite differences.
   World W;

@@ -1,0 +1,95 @@
+#include "executor/schedule.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace lcplan::exec {
+
+std::vector<std::pair<int, int>> interleaved_table(int microbatches, int vpp, int group) {
+  // Megatron-LM schedules.py get_schedule_table: each group of `group` microbatches runs chunk 0, then chunk 1, ...;
+  // the last group takes every microbatch left.
+  std::vector<std::pair<int, int>> t;
+  for (int g0 = 0; g0 < microbatches; g0 += group) {
+    const int g1 = g0 + group >= microbatches ? microbatches : g0 + group;
+    for (int chunk = 0; chunk < vpp; ++chunk)
+      for (int mb = g0; mb < g1; ++mb) t.push_back({mb, chunk});
+  }
+  return t;
+}
+
+std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microbatches) {
+  if (pp < 1 || vpp < 1 || stage < 0 || stage >= pp || microbatches < 1)
+    throw std::invalid_argument("pipeline_schedule: pp " + std::to_string(pp) + ", vpp " + std::to_string(vpp) +
+                                ", stage " + std::to_string(stage) + ", microbatches " + std::to_string(microbatches) +
+                                " (valid: pp, vpp, microbatches >= 1 and 0 <= stage < pp)");
+  std::vector<PipeAction> out;
+  if (vpp == 1) {
+    // forward_backward_pipelining_without_interleaving (pp = 1 is forward_backward_no_pipelining: F, B, F, B, ...).
+    const int warmup = std::min(pp - stage - 1, microbatches), remaining = microbatches - warmup;
+    for (int i = 0; i < warmup; ++i) out.push_back({true, i, 0});
+    for (int i = 0; i < remaining; ++i) {
+      out.push_back({true, warmup + i, 0});
+      out.push_back({false, i, 0});
+    }
+    for (int i = remaining; i < microbatches; ++i) out.push_back({false, i, 0});
+    return out;
+  }
+  // forward_backward_pipelining_with_interleaving, microbatch_group_size_per_vp_stage = pp (Megatron's default).
+  const std::vector<std::pair<int, int>> table = interleaved_table(microbatches, vpp, pp);
+  const int total = microbatches * vpp;
+  int warmup = 2 * (pp - stage - 1) + (vpp - 1) * pp;  // get_pp_rank_microbatches
+  if (warmup >= total) warmup = total;
+  const int remaining = total - warmup;
+  auto fwd = [&](int k) { return PipeAction{true, table[k].first, table[k].second}; };
+  auto bwd = [&](int k) { return PipeAction{false, table[k].first, vpp - 1 - table[k].second}; };
+  for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));
+  for (int k = 0; k < remaining; ++k) {
+    out.push_back(fwd(warmup + k));
+    out.push_back(bwd(k));
+  }
+  for (int k = remaining; k < total; ++k) out.push_back(bwd(k));
+  return out;
+}
+
+std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<HeldCounts>* held) {
+  const int V = pp * vpp;
+  std::vector<std::vector<PipeAction>> lists(pp);
+  for (int s = 0; s < pp; ++s) lists[s] = pipeline_schedule(pp, vpp, s, microbatches);
+  std::vector<std::vector<char>> fdone(V, std::vector<char>(microbatches, 0)), bdone = fdone;
+  std::vector<size_t> next(pp, 0);
+  std::vector<std::vector<int>> count(pp, std::vector<int>(vpp, 0));
+  if (held) held->assign(pp, HeldCounts{});
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < pp; ++s)
+      while (next[s] < lists[s].size()) {
+        const PipeAction& a = lists[s][next[s]];
+        const int v = a.chunk * pp + s;
+        const bool ready = a.forward ? (v == 0 || fdone[v - 1][a.microbatch])
+                                     : (v == V - 1 ? fdone[v][a.microbatch] != 0 : bdone[v + 1][a.microbatch] != 0);
+        if (!ready) break;
+        if (held) (*held)[s].before_action.push_back(count[s]);
+        (a.forward ? fdone : bdone)[v][a.microbatch] = 1;
+        count[s][a.chunk] += a.forward ? 1 : -1;
+        ++next[s];
+        moved = true;
+      }
+  }
+  for (int s = 0; s < pp; ++s)
+    if (next[s] < lists[s].size())
+      return "pipeline stage " + std::to_string(s) + " waits forever at action " + std::to_string(next[s]) + " (pp " +
+             std::to_string(pp) + ", vpp " + std::to_string(vpp) + ", " + std::to_string(microbatches) +
+             " microbatches)";
+  return "";
+}
+
+std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbatches) {
+  std::vector<int> n(vpp, 0);
+  for (const PipeAction& a : pipeline_schedule(pp, vpp, stage, microbatches)) {
+    if (!a.forward) break;
+    ++n[a.chunk];
+  }
+  return n;
+}
+
+}  // namespace lcplan::exec
