@@ -33,16 +33,6 @@ std::string row(const char* what, const MemoryBreakdown& b) {
 
 class MemoryTable : public ::testing::TestWithParam<MemCase> {};
 
-// Busiest rank's routed token copies over the mean: the routing this run really had (random at these token counts).
-double measured_load(const ExecResult& r) {
-  double sum = 0, mx = 0;
-  for (const RankReport& rr : r.ranks) {
-    sum += rr.moe_rows_received;
-    mx = std::max(mx, rr.moe_rows_received);
-  }
-  return sum > 0 ? std::max(1.0, mx / (sum / double(r.ranks.size()))) : 1.0;
-}
-
 // Busiest rank's routed token copies over the mean among the ranks of one pipeline stage (each stage holds its own
 // MoE layers, so loads are per stage).
 double stage_load(const ExecResult& r, int stage) {
