@@ -71,8 +71,10 @@ Outcome run_lcplan(const std::vector<std::string>& args) {
 
 nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(slurp(p)); }
 
-// The deliberately wrong start: the default profile with the coefficients a CPU step depends on off by factors of
-// 3-10 (GEMM and grouped GEMM efficiency x3, attention efficiency / 4, step overhead x10), no per-hardware values.
+// The deliberately wrong start: the default profile with the coefficients a CPU step depends on off by a factor of
+// 10, every one towards a slower step (GEMM, grouped GEMM and attention efficiency / 10; launch and step overhead
+// x10), no per-hardware values: ~25x too slow on a release build, ~3x on a sanitized one (about 10x slower). One
+// direction for every term, so no build speed can make the start right by chance (efficiencies cannot rise past 1).
 fs::path wrong_calibration() {
   nlohmann::json j = read_json(kSrc + "/data/calibration/default.json");
   auto& c = j["coefficients"];
@@ -80,9 +82,10 @@ fs::path wrong_calibration() {
     c[key]["value"] = std::min(hi, c[key]["value"].get<double>() * f);
     c[key]["provenance"] = std::string("deliberately wrong (tests/tune/tune_cli_test.cpp)");
   };
-  scale("time.gemm_efficiency", 3, 1);
-  scale("time.grouped_gemm_efficiency", 3, 1);
-  scale("time.attention_efficiency", 0.25, 1);
+  scale("time.gemm_efficiency", 0.1, 1);
+  scale("time.grouped_gemm_efficiency", 0.1, 1);
+  scale("time.attention_efficiency", 0.1, 1);
+  scale("time.launch_seconds", 10, 1);
   scale("time.step_overhead_seconds", 10, 1e9);
   j["per_hardware"] = nlohmann::json::object();
   j["name"] = "wrong";
