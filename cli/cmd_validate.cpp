@@ -46,6 +46,9 @@ void register_validate(CLI::App& app, int& exit_code) {
   cmd->add_option("--plan", args->run.plan, "with --measured: the recipe.json the run was launched with");
   cmd->add_option("--implementation", args->run.implementation,
                   "with --measured: the profile's implementation (default: the measurement plan's)");
+  cmd->add_option("--hardware", args->run.hardware,
+                  "with --measured: hardware profile of the estimate (default: the plan's); time compares only on "
+                  "the device the run used, e.g. cpu-amd-epyc-2c with --calibration cpu-measured for lcplan-exec");
   cmd->add_option("--calibration", args->calibration, "profile to validate (default: default)");
   cmd->add_option("--priors", args->priors, "prior profile the refits start from (default: priors)");
   cmd->add_flag("--no-refit", args->no_refit, "in-sample errors only (no leave-one-out refits)");
@@ -70,8 +73,10 @@ void register_validate(CLI::App& app, int& exit_code) {
                       "(build with MPI)");
 #endif
     }
-    if (!args->run.plan.empty() || !args->run.implementation.empty())
-      throw UserError(std::string(args->run.plan.empty() ? "--implementation" : "--plan") + " goes with --measured");
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"--plan", args->run.plan},
+                                      {"--implementation", args->run.implementation},
+                                      {"--hardware", args->run.hardware}})
+      if (!value.empty()) throw UserError(std::string(flag) + " goes with --measured");
     if (args->measurements.empty())
       throw UserError("give --measurements FILE... (a corpus of runs) or --measured FILE --plan recipe.json (one run)");
     auto limit = [](const std::string& v, const char* flag) {

@@ -38,7 +38,7 @@ std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir) 
     const std::string impl = a.implementation.empty() ? meas.plan.implementation : a.implementation;
     const Calibration profile = load_calibration(a.calibration.empty() ? "default" : a.calibration, data_dir);
     require_known_implementation(profile, impl);
-    const Hardware hw = load_hardware(meas.plan.hardware, data_dir);
+    const Hardware hw = load_hardware(a.hardware.empty() ? meas.plan.hardware : a.hardware, data_dir);
     const Calibration cal = calibration_for(profile, hw.name, impl);
     const exec::Comparison c = exec::compare(sc.model, meas.plan, hw, cal, meas);
     if (a.json) {

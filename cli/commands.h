@@ -25,6 +25,7 @@ void register_ingest(CLI::App& app, int& exit_code);     // cli/cmd_ingest.cpp
 struct ValidateRunArgs {
   std::string plan, measured, implementation;  // implementation: "" = the measurement plan's
   std::string calibration;                      // "" = default
+  std::string hardware;                         // "" = the plan's (time compares only on the run's device)
   bool json = false;
 };
 // The comparison of every record in the measurements file with the estimate of its (scaled) plan, as text or JSON.

@@ -100,6 +100,8 @@ struct LayerCost {
   double tp = 0, cp = 0, ep = 0;  // exposed communication
   double launch = 0;     // launch-floor excess
   double forward = 0, backward = 0;  // compute of forward / backward alone (for DP/FSDP overlap)
+  // total() by the executor's phases: forward, loss (LM head and loss), backward (recompute included).
+  double in_forward = 0, in_loss = 0, in_backward = 0;
   void add(const LayerCost& o, double times = 1) {
     compute += times * o.compute;
     recompute += times * o.recompute;
@@ -109,6 +111,9 @@ struct LayerCost {
     launch += times * o.launch;
     forward += times * o.forward;
     backward += times * o.backward;
+    in_forward += times * o.in_forward;
+    in_loss += times * o.in_loss;
+    in_backward += times * o.in_backward;
   }
   double total() const { return compute + recompute + tp + cp + ep + launch; }
 };
@@ -277,7 +282,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
 
   // CP: full attention / MLA exchange K/V (ring, hidden under attention); gated DeltaNet uses head-parallel
   // all-to-all before and after the delta rule, not hidden (README "Context parallelism").
-  double cp_exposed_fwd = 0, cp_exposed_bwd = 0, cp_hidden = 0;
+  double cp_exposed_fwd = 0, cp_exposed_bwd = 0, cp_hidden = 0, cp_hidden_forward = 0;
   if (cp > 1) {
     const MixerKind mixer = kind.spec.mixer;
     if (mixer == MixerKind::FullAttention || mixer == MixerKind::MLA) {
@@ -289,7 +294,8 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
       const double comm_bwd = comm_fwd + rate.collective(Collective::ReduceScatter, gathered, d.cp);  // + dK/dV
       cp_exposed_fwd = std::max(0.0, comm_fwd - core_fwd);
       cp_exposed_bwd = std::max(0.0, comm_bwd - core_bwd);
-      cp_hidden = (comm_fwd - cp_exposed_fwd) + (comm_bwd - cp_exposed_bwd);
+      cp_hidden_forward = comm_fwd - cp_exposed_fwd;
+      cp_hidden = cp_hidden_forward + (comm_bwd - cp_exposed_bwd);
     } else if (mixer == MixerKind::LinearAttention) {
       const LinearAttentionSpec& g = m.linear;
       const double kd = double(g.key_heads) * g.key_head_dim, vd = double(g.value_heads) * g.value_head_dim;
@@ -323,6 +329,16 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   k.ep = ep_exposed - ep_hidden;
   k.compute += cal.interference * ep_hidden;
   k.launch = launch_fwd + launch_bwd + (moe_layer ? moe.launch_forward + moe.launch_backward : 0);
+  // By phase: each direction's own compute, exposed collectives and launch floor; interference of TP (the same
+  // collectives each way), CP and EP overlap in proportion to what each direction overlapped.
+  const double ep_fwd_share = ep_exposed > 0 ? (moe_layer ? moe.exposed_comm_forward : 0) / ep_exposed : 0.5;
+  const double ep_kept = ep_exposed > 0 ? 1 - ep_hidden / ep_exposed : 1;
+  k.in_forward = k.forward + tp_exposed + cp_exposed_fwd + (moe_layer ? moe.exposed_comm_forward : 0) * ep_kept +
+                 launch_fwd + (moe_layer ? moe.launch_forward : 0) +
+                 cal.interference * (tp_hidden / 2 + cp_hidden_forward + ep_fwd_share * ep_hidden);
+  k.in_backward = k.backward + tp_exposed + cp_exposed_bwd + (moe_layer ? moe.exposed_comm_backward : 0) * ep_kept +
+                  launch_bwd + (moe_layer ? moe.launch_backward : 0) +
+                  cal.interference * (tp_hidden / 2 + (cp_hidden - cp_hidden_forward) + (1 - ep_fwd_share) * ep_hidden);
   if (recomputed) {
     // Full recompute replays the forward, its collectives and its all-to-alls (x2 EP traffic).
     k.recompute = k.forward;
@@ -330,8 +346,12 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     k.cp += cp_exposed_fwd;
     k.ep += moe_layer ? moe.exposed_comm_forward : 0;  // the replayed forward is not paired with another microbatch
     k.launch += launch_fwd + (moe_layer ? moe.launch_forward : 0);
+    // The replay runs right before the layer's backward.
+    k.in_backward += k.recompute + tp_exposed + cp_exposed_fwd + (moe_layer ? moe.exposed_comm_forward : 0) +
+                     launch_fwd + (moe_layer ? moe.launch_forward : 0);
   } else if (d.plan->recompute == Recompute::Selective) {
     k.recompute = core_fwd;  // selective recompute replays core attention (Korthikanti et al. 2022)
+    k.in_backward += k.recompute;
   }
   return k;
 }
@@ -356,6 +376,7 @@ LayerCost loss_cost(const DerivedPlan& d, const KernelRates& rate) {
     tp_group.nodes = 1;
     k.tp = rate.collective(Collective::AllGather, bytes, tp_group) + rate.collective(Collective::ReduceScatter, bytes, tp_group);
   }
+  k.in_loss = k.total();  // the loss phase runs the LM head and loss forward and backward
   return k;
 }
 
@@ -390,7 +411,9 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
       c.compute += 3 * eh_proj;
       c.forward += eh_proj;
       c.backward += 2 * eh_proj;
-      if (r.recomputed) c.recompute += eh_proj;
+      c.in_forward += eh_proj;
+      c.in_backward += 2 * eh_proj;
+      if (r.recomputed) c.recompute += eh_proj, c.in_backward += eh_proj;
       c.add(loss);
     }
     stage[r.stage].add(c);
@@ -435,6 +458,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   const double param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
                               rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
   double dp_exposed = 0, dp_hidden = 0;
+  PhaseSeconds& ph = out.phases;
   if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
     // FSDP (ZeRO-3): every microbatch gathers parameters for forward and again for backward (reshard after
     // forward) and reduce-scatters gradients, prefetched under that microbatch's compute.
@@ -442,6 +466,10 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
     const double cover = cal.dp_overlap * (c.forward + c.backward + c.recompute);
     dp_exposed = mb * std::max(0.0, comm - cover);
     dp_hidden = mb * std::min(comm, cover);
+    // By phase in proportion to the collectives each pass issues: one gather forward, a gather and the reduce backward.
+    const double fwd_share = comm > 0 ? param_gather / comm : 0;
+    ph.forward += fwd_share * (dp_exposed + cal.interference * dp_hidden);
+    ph.backward += (1 - fwd_share) * (dp_exposed + cal.interference * dp_hidden);
   } else {
     // Megatron overlaps the grad reduce with the last microbatch's backward and the distributed optimizer's
     // parameter all-gather with the first microbatch's forward (--overlap-grad-reduce / --overlap-param-gather).
@@ -450,6 +478,11 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
     const double cover_fwd = cal.dist_opt_overlap * cal.dp_overlap * c.forward;
     dp_exposed = std::max(0.0, grad_sync - cover_bwd) + std::max(0.0, gather - cover_fwd);
     dp_hidden = std::min(grad_sync, cover_bwd) + std::min(gather, cover_fwd);
+    // What is not hidden runs between the last backward and the next forward, beside the optimizer step (the
+    // executor's optimizer phase reduces gradients first and gathers parameters last).
+    ph.optimizer += dp_exposed;
+    ph.backward += cal.interference * std::min(grad_sync, cover_bwd);
+    ph.forward += cal.interference * std::min(gather, cover_fwd);
   }
   br.exposed_comm.dp_fsdp = dp_exposed;
   br.compute += cal.interference * dp_hidden;
@@ -479,6 +512,18 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   br.step_overhead = cal.step_overhead_seconds;
   out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
                      br.offload + br.step_overhead;
+
+  // The rest by phase: the microbatches' layer and loss time, the PP send forward / receive backward, the bubble in
+  // proportion to the microbatch time it idles for ((p-1)/v of each pass), the offload copies half down after the
+  // forward and half up for the backward, and the optimizer step with the step's fixed host time.
+  const double f_mb = c.in_forward + pp_per_microbatch / 2, l_mb = c.in_loss;
+  const double b_mb = c.in_backward + pp_per_microbatch / 2;
+  const double t_mb = f_mb + l_mb + b_mb;
+  const double bubble_per = t_mb > 0 ? br.bubble / t_mb : 0;
+  ph.forward += mb * f_mb + bubble_per * f_mb + br.offload / 2;
+  ph.loss += mb * l_mb + bubble_per * l_mb;
+  ph.backward += mb * b_mb + bubble_per * b_mb + br.offload / 2;
+  ph.optimizer += br.optimizer + br.step_overhead;
   out.model_flops_per_step = d.model_flops_per_step;
   const double peak = gemm_peak_flops(hw, p.precision);
   out.tflops_per_gpu = out.model_flops_per_step / out.step_seconds / p.gpus / 1e12;

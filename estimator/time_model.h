@@ -29,8 +29,19 @@ struct TimeBreakdown {
   double step_overhead = 0;    // fixed host time per step outside the layers (s)
 };
 
+// The step split into the executor's phases (estimator/memory_model.h Phase): every term of TimeBreakdown assigned to
+// the phase whose work it is; the four sum to step_seconds.
+struct PhaseSeconds {
+  double forward = 0;    // layers' forward (embedding to the last decoder layer), its collectives and launch floor
+  double loss = 0;       // final norm, LM head and loss, forward and backward
+  double backward = 0;   // layers' backward with their recompute, collectives and launch floor
+  double optimizer = 0;  // gradient reduction and parameter gather left exposed, optimizer step, step overhead
+  double total() const { return forward + loss + backward + optimizer; }
+};
+
 struct TimeEstimate {
   double step_seconds = 0;
+  PhaseSeconds phases;               // step_seconds by phase
   double model_flops_per_step = 0;   // Megatron-style model FLOPs (recompute excluded), whole job
   double tflops_per_gpu = 0;         // model_flops_per_step / step_seconds / gpus / 1e12
   double mfu = 0;                    // tflops_per_gpu / peak of the plan's precision

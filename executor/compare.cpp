@@ -50,6 +50,11 @@ double CategoryRow::rel() const {
   return measured / estimate - 1;
 }
 
+std::optional<double> TimeRow::rel() const {
+  if (!measured || estimate <= 0) return std::nullopt;
+  return *measured / estimate - 1;
+}
+
 double worst_relative_error(const std::vector<CategoryRow>& rs, double floor_bytes) {
   double worst = 0;
   for (const CategoryRow& r : rs) {
@@ -200,15 +205,27 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
     }
     c.phases.push_back(row);
   }
+  const PhaseSeconds& est_ph = est.time.phases;
+  for (const auto& [ph, secs] :
+       {std::pair{Phase::Forward, est_ph.forward}, std::pair{Phase::Loss, est_ph.loss},
+        std::pair{Phase::Backward, est_ph.backward}, std::pair{Phase::Optimizer, est_ph.optimizer}}) {
+    TimeRow row;
+    row.phase = ph;
+    row.estimate = secs;
+    if (meas.phases[int(ph)]) row.measured = meas.phases[int(ph)]->seconds;
+    c.time.push_back(row);
+  }
   c.estimate_step_seconds = est.time.step_seconds;
   c.measured_step_seconds = meas.step_seconds;
   c.estimate_time = estimate_to_json(est, plan)["time"];
   if (c.measured_peak_phase && *c.measured_peak_phase != c.estimate_peak_phase)
     c.notes.push_back(std::string("the measured peak is in the ") + to_string(*c.measured_peak_phase) +
                       " phase, the estimate's in the " + to_string(c.estimate_peak_phase) + " phase");
-  if (!meas.device.empty() && meas.device != hw.name)
+  // lcplan-exec records its backend ("cpu"); `lcplan profile --backend cpu` names the hardware it measures cpu-<host>.
+  if (!meas.device.empty() && meas.device != hw.name && hw.name.rfind(meas.device + "-", 0) != 0)
     c.notes.push_back("time: the estimate is for " + hw.name + ", the measurement ran on " + meas.device +
-                      "; compare times only against a calibration profile measured on that device");
+                      "; compare times only on a hardware and calibration profile measured on that device (a CPU "
+                      "run: --hardware cpu-amd-epyc-2c --calibration cpu-measured, or your own `lcplan profile`)");
   return c;
 }
 
@@ -231,17 +248,28 @@ std::string comparison_table(const Comparison& c) {
                   mib(r.measured).c_str(), pct(r.rel()).c_str());
     s += line;
   }
-  s += "\nper phase (peak total, MiB)     estimate       measured      diff  seconds/step\n";
+  s += "\nper phase (peak total, MiB)     estimate       measured      diff\n";
   for (const PhaseRow& r : c.phases) {
-    std::snprintf(line, sizeof line, "  %-28s %10s %14s %9s %10s\n", to_string(r.phase), mib(r.estimate).c_str(),
+    std::snprintf(line, sizeof line, "  %-28s %10s %14s %9s\n", to_string(r.phase), mib(r.estimate).c_str(),
                   r.measured ? mib(*r.measured).c_str() : "-",
-                  r.measured && r.estimate > 0 ? pct(*r.measured / r.estimate - 1).c_str() : "",
-                  r.seconds ? std::to_string(*r.seconds).c_str() : "-");
+                  r.measured && r.estimate > 0 ? pct(*r.measured / r.estimate - 1).c_str() : "");
     s += line;
   }
-  std::snprintf(line, sizeof line, "\nstep seconds: estimate %.6g (plan's hardware), measured %s\n",
-                c.estimate_step_seconds, c.measured_step_seconds ? std::to_string(*c.measured_step_seconds).c_str() : "-");
+  // Time: the estimate on the plan's hardware profile; measured, the median step after the first and each phase's
+  // median (so the phases need not add up to the step exactly).
+  std::snprintf(line, sizeof line, "\n%-14s %14s %14s %9s\n", "time (s/step)", "estimate", "measured", "diff");
   s += line;
+  auto time_line = [&](const char* name, double est, std::optional<double> meas) {
+    char e[32], m[32] = "-";
+    auto secs = [](char* out, size_t n, double v) { std::snprintf(out, n, v == 0 || v >= 1e-3 ? "%.4f" : "%.2e", v); };
+    secs(e, sizeof e, est);
+    if (meas) secs(m, sizeof m, *meas);
+    std::snprintf(line, sizeof line, "  %-12s %14s %14s %9s\n", name, e, m,
+                  meas && est > 0 ? pct(*meas / est - 1).c_str() : "");
+    s += line;
+  };
+  for (const TimeRow& r : c.time) time_line(to_string(r.phase), r.estimate, r.measured);
+  time_line("step", c.estimate_step_seconds, c.measured_step_seconds);
   for (const std::string& n : c.notes) s += "note: " + n + "\n";
   return s;
 }
@@ -271,6 +299,14 @@ nlohmann::json comparison_to_json(const Comparison& c) {
   }
   j["phases"] = ph;
   j["time"] = {{"estimate_step_seconds", c.estimate_step_seconds}, {"estimate", c.estimate_time}};
+  nlohmann::json tph = nlohmann::json::object();
+  for (const TimeRow& r : c.time) {
+    nlohmann::json x = {{"estimate", r.estimate}};
+    if (r.measured) x["measured"] = *r.measured;
+    if (r.rel()) x["relative_error"] = *r.rel();
+    tph[to_string(r.phase)] = x;
+  }
+  j["time"]["phases"] = tph;
   if (c.measured_step_seconds) j["time"]["measured_step_seconds"] = *c.measured_step_seconds;
   j["notes"] = c.notes;
   return j;

@@ -35,8 +35,18 @@ struct PhaseRow {
   Phase phase = Phase::Forward;
   double estimate = 0;                 // estimated total of the phase
   std::optional<double> measured;      // measured peak total of the phase
-  std::optional<double> seconds;       // measured wall time of the phase (all steps)
+  std::optional<double> seconds;       // measured wall seconds of the phase per step (see TimeRow)
   std::vector<CategoryRow> categories;  // when the measurement has this phase's breakdown
+};
+
+// Seconds per step of one phase: the estimator's (TimeEstimate::phases, on the plan's hardware profile) and the
+// run's (the record's phases[].seconds: median over the steps after the first of the slowest rank's time).
+struct TimeRow {
+  Phase phase = Phase::Forward;
+  double estimate = 0;
+  std::optional<double> measured;
+  // measured / estimate - 1 when both are known and the estimate is positive
+  std::optional<double> rel() const;
 };
 
 struct Comparison {
@@ -48,8 +58,9 @@ struct Comparison {
   // (category_peaks; the estimator's phase terms are such maxima), or the breakdown at the peak when not recorded.
   std::vector<CategoryRow> at_peak;
   std::vector<PhaseRow> phases;
-  double estimate_step_seconds = 0;  // on the plan's hardware profile
-  std::optional<double> measured_step_seconds;
+  std::vector<TimeRow> time;         // forward, loss, backward, optimizer
+  double estimate_step_seconds = 0;  // on the plan's hardware profile (the sum of `time`'s estimates)
+  std::optional<double> measured_step_seconds;  // the record's step_seconds (median step; not the sum of the phases)
   nlohmann::json estimate_time;      // the estimator's time breakdown (seconds)
   std::vector<std::string> notes;
 };

@@ -22,6 +22,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 double cpu_now() { return double(std::clock()) / CLOCKS_PER_SEC; }  // this process's CPU time
+double thread_cpu_now() {  // this thread's CPU time (MPI's helper threads excluded)
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
 
 // FSDP's two gather buffers (the current unit and the prefetched next one) and the unsharded gradient of one unit,
 // each sized to the largest unit (Megatron-FSDP's double buffer): the estimator's fsdp_buffers.
@@ -274,6 +279,8 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   const double cpu0 = cpu_now();
   for (int step = 1; step <= o.steps; ++step) {
     const auto t_step = Clock::now();
+    const std::array<double, kPhases> phase_before = rep.phase_seconds;
+    const double cpu_step = thread_cpu_now();
     ps.zero_grads();
     double loss_sum = 0;
     Fsdp fs{ps, {}, {-1, -1}, {}, {}};
@@ -441,6 +448,10 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     res.loss.push_back(sums[0] / global_tokens);
     res.grad_norm.push_back(std::sqrt(sums[1]));
     res.step_seconds.push_back(since(t_step));
+    std::array<double, kPhases> this_step{};
+    for (int ph = 0; ph < kPhases; ++ph) this_step[ph] = rep.phase_seconds[ph] - phase_before[ph];
+    res.step_phase_seconds.push_back(this_step);
+    res.step_cpu_seconds.push_back(thread_cpu_now() - cpu_step);
   }
   for (int ph = 0; ph < kPhases; ++ph) rep.phases[ph] = tr.peak(Phase(ph));
   rep.workspace_high_water = tr.workspace_high_water();
@@ -454,6 +465,10 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   comm::all_gather(world, mine_report.data(), all_reports.data(), kReportDoubles, comm::DType::F64);
   for (int r = 0; r < world.size; ++r) res.ranks.push_back(unpack(all_reports.data() + size_t(r) * kReportDoubles));
   comm::all_reduce(world, res.step_seconds.data(), res.step_seconds.size(), comm::DType::F64, comm::ReduceOp::Max);
+  comm::all_reduce(world, res.step_phase_seconds.data()->data(), res.step_phase_seconds.size() * kPhases,
+                   comm::DType::F64, comm::ReduceOp::Max);
+  comm::all_reduce(world, res.step_cpu_seconds.data(), res.step_cpu_seconds.size(), comm::DType::F64,
+                   comm::ReduceOp::Min);
   return res;
 }
 

@@ -45,6 +45,11 @@ struct RankReport {
 
 struct ExecResult {
   std::vector<double> loss, grad_norm, step_seconds;  // per step, identical on every rank
+  // Per step, each phase's wall seconds on the slowest rank in that phase (identical on every rank).
+  std::vector<std::array<double, kPhases>> step_phase_seconds;
+  // Per step, the least CPU time any rank's main thread got (waits poll, so a rank that had its core all step gets
+  // about its wall time; less means it shared the core with other processes and the wall times are disturbed).
+  std::vector<double> step_cpu_seconds;
   std::vector<RankReport> ranks;                      // every rank's report, on every rank
   double setup_seconds = 0;                           // process groups, parameter initialisation
   int microbatches = 1;

@@ -75,9 +75,11 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
     mp.peak_bytes = pr->phases[ph].at_peak.total();
     mp.breakdown = pr->phases[ph].at_peak.to_breakdown();
     mp.category_peaks = pr->phases[ph].category_max.to_breakdown();
-    double secs = 0;
-    for (const RankReport& rr : r.ranks) secs = std::max(secs, rr.phase_seconds[ph]);
-    mp.seconds = secs / double(r.loss.size());
+    // Like the step: the median over the steps after the first (warm-up), each the slowest rank's time in the phase.
+    std::vector<double> secs;
+    for (size_t i = r.step_phase_seconds.size() > 1 ? 1 : 0; i < r.step_phase_seconds.size(); ++i)
+      secs.push_back(r.step_phase_seconds[i][size_t(ph)]);
+    mp.seconds = median(secs);
     m.phases[ph] = mp;
   }
   double ws_high = 0, recv_sum = 0, recv_max = 0;

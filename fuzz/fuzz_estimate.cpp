@@ -1,6 +1,7 @@
 // Fuzz target: the estimate entry point on fuzzed plans. Bytes decode into a Plan over a zoo model (sizes drawn
 // mostly from plausible values, sometimes raw 32-bit integers); check_plan judges it, and every valid plan gets
 // estimate_memory and estimate (memory + time), whose numbers must all be finite and non-negative.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -118,6 +119,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    t.breakdown.exposed_comm.ep, t.breakdown.exposed_comm.pp, t.breakdown.exposed_comm.dp_fsdp,
                    t.breakdown.bubble, t.breakdown.launch_overhead, t.breakdown.optimizer})
     fuzz::require(fuzz::finite_nonneg(x), "every time term is finite and non-negative");
+  for (double x : {t.phases.forward, t.phases.loss, t.phases.backward, t.phases.optimizer})
+    fuzz::require(fuzz::finite_nonneg(x), "every phase's seconds are finite and non-negative");
+  fuzz::require(std::abs(t.phases.total() - t.step_seconds) <= 1e-9 * t.step_seconds, "the phases sum to the step");
   (void)estimate_to_json(e, p).dump();
   return 0;
 }

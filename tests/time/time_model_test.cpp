@@ -3,6 +3,7 @@
 
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
+#include "estimator/plan_rules.h"
 #include "estimator/time_model.h"
 #include "common/data_dir.h"
 #include "models/zoo.h"
@@ -149,6 +150,45 @@ TEST_F(Fixture, Fp8SpeedsUpGemmsOnly) {
   EXPECT_LT(fp8.step_seconds, bf16.step_seconds);
   EXPECT_GT(fp8.step_seconds, 0.5 * bf16.step_seconds);  // attention and elementwise stay at bf16 speed
   EXPECT_DOUBLE_EQ(fp8.model_flops_per_step, bf16.model_flops_per_step);
+}
+
+TEST_F(Fixture, PhasesSumToTheStep) {
+  // The executor's phases split the step without adding or losing time, whatever the layout: each plan below turns on
+  // a different set of breakdown terms (recompute, FSDP, CP, EP, PP with its bubble and sends, TP, offload, overlap).
+  const Calibration bumblebee = calibration_for(load_calibration("default", data_dir()), hw.name, "bumblebee");
+  std::vector<std::pair<Plan, const Calibration*>> plans;
+  plans.push_back({qwen_plan(), &cal});
+  Plan p = qwen_plan();
+  p.parallel = {2, 4, 2, 1, 4, 1};
+  p.seq_len = 32768;
+  p.global_batch = 16;
+  p.optimizer_sharding = OptimizerSharding::DistOpt;
+  p.recompute = Recompute::Selective;
+  plans.push_back({p, &bumblebee});
+  p = qwen_plan();
+  p.recompute = Recompute::None;
+  p.moe.ep_chunks = 2;
+  p.moe.a2a_overlap = true;
+  p.offload.activations = true;
+  p.offload.optimizer = true;
+  p.optimizer_sharding = OptimizerSharding::None;
+  plans.push_back({p, &bumblebee});
+  for (const auto& [plan, c] : plans) {
+    ASSERT_FALSE(check_plan(m, plan).has_value()) << check_plan(m, plan)->message;
+    const TimeEstimate t = estimate_time(m, plan, hw, *c);
+    const PhaseSeconds& ph = t.phases;
+    EXPECT_NEAR(ph.total(), t.step_seconds, 1e-9 * t.step_seconds);
+    for (double x : {ph.forward, ph.loss, ph.backward, ph.optimizer}) EXPECT_GT(x, 0);
+    // The backward is the larger pass (dgrad + wgrad, and any recompute lands there).
+    EXPECT_GT(ph.backward, ph.forward);
+    EXPECT_GE(ph.optimizer, t.breakdown.optimizer + t.breakdown.step_overhead);
+  }
+  // Full recompute's replay is backward time: the forward phase is the same as without it.
+  Plan none = qwen_plan();
+  none.recompute = Recompute::None;
+  const TimeEstimate full = estimate_time(m, qwen_plan(), hw, cal), plain = estimate_time(m, none, hw, cal);
+  EXPECT_NEAR(full.phases.forward, plain.phases.forward, 0.02 * plain.phases.forward);
+  EXPECT_GT(full.phases.backward - plain.phases.backward, 0.8 * full.breakdown.recompute);
 }
 
 }  // namespace

@@ -1,0 +1,123 @@
+// Measured step time of lcplan-exec against the estimate of the same scaled plan on this machine's CPU profile
+// (data/hardware/cpu-amd-epyc-2c.json, data/calibration/cpu-measured.json with its lcplan-exec overrides): per phase
+// (forward, loss, backward, optimizer) printed with its error, the step asserted within 25%.
+//
+// Noise: the profile was measured with 2 ranks on this 2-core machine, so every plan runs on 2 ranks (one core each)
+// and the test runs alone (RUN_SERIAL). The first step is a warm-up (first touch of every buffer, MPI connections).
+// Of the later steps, those where every rank's main thread got at least kUndisturbed of the step's wall time in CPU
+// time are the undisturbed ones (waits poll, so a rank alone on its core gets ~all of it); of those the fastest is
+// compared, because other processes on a shared machine only ever add time. When no step was undisturbed (another
+// build took the cores) the table is printed and the step not asserted: the wall times then measure the other load.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "executor/compare.h"
+#include "executor/record.h"
+#include "kernels/comm/helpers.h"
+#include "tests/executor/exec_util.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+constexpr double kTolerance = 0.25;  // the bound on the step time
+constexpr int kSteps = 5;            // one warm-up and four timed steps
+constexpr double kUndisturbed = 0.9; // least CPU / wall share of every rank in a step counted as undisturbed
+
+struct TimeCase {
+  const char* name;
+  const char* model;
+  PlanArgs args;
+  int scale = 16;
+  int layers = 1;
+};
+
+Hardware cpu_hardware() { return load_hardware("cpu-amd-epyc-2c", LCPLAN_SOURCE_DIR); }
+// The CPU profile as `lcplan validate --hardware cpu-amd-epyc-2c --calibration cpu-measured` resolves it.
+Calibration cpu_calibration() {
+  return calibration_for(load_calibration("cpu-measured", LCPLAN_SOURCE_DIR), "cpu-amd-epyc-2c", "lcplan-exec");
+}
+
+class TimeTable : public ::testing::TestWithParam<TimeCase> {};
+
+TEST_P(TimeTable, StepWithinTwentyFivePercent) {
+  helpers::World w;
+  const TimeCase& tc = GetParam();
+  ASSERT_EQ(w.c.size, tc.args.gpus) << "run this test with mpirun -np " << tc.args.gpus << " (one group per job)";
+  const ScaledCase sc = executor_case(zoo(tc.model), make_plan(tc.model, tc.args), {tc.scale, tc.layers});
+  ExecOptions o;
+  o.steps = kSteps;
+  const ExecResult r = run_case(w.c, sc, o);
+  ASSERT_EQ(r.step_seconds.size(), size_t(kSteps));
+  auto share = [&](size_t i) { return r.step_cpu_seconds[i] / r.step_seconds[i]; };
+  size_t best = 0;  // the fastest undisturbed step after the warm-up, else (0) the fastest later step
+  for (size_t i = 1; i < r.step_seconds.size(); ++i)
+    if (share(i) >= kUndisturbed && (best == 0 || r.step_seconds[i] < r.step_seconds[best])) best = i;
+  const bool undisturbed = best != 0;
+  if (!undisturbed) {
+    best = 1;
+    for (size_t i = 2; i < r.step_seconds.size(); ++i)
+      if (r.step_seconds[i] < r.step_seconds[best]) best = i;
+  }
+  // The record lcplan-exec would write, with the fastest later step in place of the median (see the file comment);
+  // compare() estimates the plan at the run's routing load, as `lcplan validate` does.
+  Measurement rec = measurement_record(sc, o, r, "test");
+  rec.step_seconds = r.step_seconds[best];
+  for (int ph = 0; ph < kPhases; ++ph)
+    if (rec.phases[ph]) rec.phases[ph]->seconds = r.step_phase_seconds[best][size_t(ph)];
+  const Hardware hw = cpu_hardware();
+  const Comparison c = compare(sc.model, sc.plan, hw, cpu_calibration(), rec);
+
+  if (w.c.rank == 0) {
+    std::printf("%s (%s, scale %d, seq %lld, hidden %lld, %zu layers; steps", tc.name, tc.model, tc.scale,
+                (long long)sc.plan.seq_len, (long long)sc.model.hidden, sc.model.layers.size());
+    for (size_t i = 0; i < r.step_seconds.size(); ++i)
+      std::printf(" %.3f (cpu %.0f%%)", r.step_seconds[i], 100 * share(i));
+    std::printf(" s; step %zu compared)\n  %-10s %10s %10s %8s\n", best + 1, "phase", "estimate", "measured", "error");
+    for (const TimeRow& t : c.time)
+      std::printf("  %-10s %10.4f %10.4f %+7.1f%%\n", to_string(t.phase), t.estimate, t.measured.value_or(0),
+                  100 * t.rel().value_or(0));
+    double in_phases = 0;
+    for (double x : r.step_phase_seconds[best]) in_phases += x;
+    // Each measured phase is its slowest rank's, so their sum can exceed the step (the slowest rank's whole step).
+    std::printf("  %-10s %10.4f %10.4f %+7.1f%%   (measured phases sum to %.4f)\n  estimate's breakdown %s\n", "step",
+                c.estimate_step_seconds, *c.measured_step_seconds,
+                100 * (*c.measured_step_seconds / c.estimate_step_seconds - 1), in_phases,
+                c.estimate_time.at("breakdown").dump().c_str());
+  }
+  if (!undisturbed)
+    GTEST_SKIP() << tc.name << ": no step had every rank on its core for " << 100 * kUndisturbed
+                 << "% of the step (other processes share the cores), so the wall time is not asserted";
+  EXPECT_LT(std::abs(*c.measured_step_seconds / c.estimate_step_seconds - 1), kTolerance)
+      << tc.name << ": step measured " << *c.measured_step_seconds << " s, estimated " << c.estimate_step_seconds
+      << " s";
+}
+
+PlanArgs args(int cp, int ep, int ep_chunks, Recompute rc, int64_t seq) {
+  PlanArgs a;
+  a.gpus = 2;
+  a.cp = cp;
+  a.ep = ep;
+  a.ep_chunks = ep_chunks;
+  a.recompute = rc;
+  a.seq = seq;
+  return a;
+}
+
+// Two ranks each (the profile's ranks per node). At scale 16 GEMMs (dense layers, experts, LM head) take most of
+// a step of about a second (perf: 75-90% of each phase), so kernels, not per-call overheads, are compared; a case
+// runs in 6-9 s.
+INSTANTIATE_TEST_SUITE_P(
+    Plans, TimeTable,
+    ::testing::Values(
+        TimeCase{"dense_dp2", "llama-3.1-8b", args(1, 1, 1, Recompute::None, 16384), 16, 2},
+        TimeCase{"dense_cp2", "llama-3.1-8b", args(2, 1, 1, Recompute::None, 32768), 16, 2},
+        TimeCase{"dense_dp2_full_recompute", "llama-3.1-8b", args(1, 1, 1, Recompute::Full, 16384), 16, 2},
+        TimeCase{"moe_ep2_chunked", "mixtral-8x7b", args(1, 2, 2, Recompute::None, 16384), 16, 2},
+        TimeCase{"moe_ep2_full_recompute", "qwen3.5-35b-a3b", args(1, 2, 2, Recompute::Full, 16384), 16, 1}),
+    [](const ::testing::TestParamInfo<TimeCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace lcplan::exec::tests
