@@ -46,6 +46,9 @@ TEST_P(TimeTable, StepWithinTwentyFivePercent) {
   helpers::World w;
   const TimeCase& tc = GetParam();
   ASSERT_EQ(w.c.size, tc.args.gpus) << "run this test with mpirun -np " << tc.args.gpus << " (one group per job)";
+#if defined(__SANITIZE_ADDRESS__)  // several times slower: one case (both mixers, MoE, recompute) keeps the code checked
+  if (std::string(tc.name) != "moe_ep2_full_recompute") GTEST_SKIP() << "sanitized build: one case runs";
+#endif
   const ScaledCase sc = executor_case(zoo(tc.model), make_plan(tc.model, tc.args), {tc.scale, tc.layers});
   ExecOptions o;
   o.steps = kSteps;
