@@ -37,7 +37,10 @@ nlohmann::json fit_spec_to_json(const FitSpec& s) {
 FitSpec fit_spec_from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw UserError("calibration \"fit\" must be an object (keys, per_hardware, per_implementation, ...)");
   FitSpec s;
-  for (const auto& [k, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named copies: clang 14 cannot capture structured bindings in lambdas.
+    const std::string& k = item.key();
+    const nlohmann::json& v = item.value();
     auto list = [&](std::vector<std::string>& out) {
       if (!v.is_array()) throw UserError("calibration fit." + k + " must be a list of coefficient keys");
       for (const auto& e : v) {

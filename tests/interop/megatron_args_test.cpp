@@ -292,7 +292,7 @@ TEST(Flags, ContradictionsNameBothFlags) {
       {"torchrun --nnodes 4 pretrain_gpt.py", {"--nnodes", "--nproc-per-node"}},
   };
   for (const auto& [args, words] : cases) {
-    const std::string e = error_of([&] { parse_megatron_args(args); });
+    const std::string e = error_of([&args = args] { parse_megatron_args(args); });
     ASSERT_FALSE(e.empty()) << args << ": accepted";
     for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << args << ": " << e;
     EXPECT_EQ(e.find(". "), std::string::npos) << "more than one sentence: " << e;
@@ -312,7 +312,7 @@ TEST(Flags, ContradictionsWithTheModel) {
       {"--cpu-offloading --cpu-offloading-num-layers 48", {"--cpu-offloading-num-layers 48", "0 to 47"}},
   };
   for (const auto& [args, words] : cases) {
-    const std::string e = error_of([&] { plan_of(args); });
+    const std::string e = error_of([&args = args] { plan_of(args); });
     ASSERT_FALSE(e.empty()) << args << ": accepted";
     for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << args << ": " << e;
   }
