@@ -197,7 +197,6 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
     row.estimate = phases[ph].total();
     if (meas.phases[ph]) {
       row.measured = meas.phases[ph]->peak_bytes;
-      row.seconds = meas.phases[ph]->seconds;
       // Each category's own peak within the phase when recorded (the estimator's phase terms are maxima), else the
       // breakdown at the phase's peak.
       if (meas.phases[ph]->category_peaks) row.categories = rows(phases[ph], *meas.phases[ph]->category_peaks);
@@ -293,7 +292,6 @@ nlohmann::json comparison_to_json(const Comparison& c) {
   for (const PhaseRow& r : c.phases) {
     nlohmann::json x = {{"estimate", r.estimate}};
     if (r.measured) x["measured"] = *r.measured;
-    if (r.seconds) x["seconds"] = *r.seconds;
     if (!r.categories.empty()) x["breakdown"] = cats(r.categories);
     ph[to_string(r.phase)] = x;
   }

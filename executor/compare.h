@@ -35,7 +35,6 @@ struct PhaseRow {
   Phase phase = Phase::Forward;
   double estimate = 0;                 // estimated total of the phase
   std::optional<double> measured;      // measured peak total of the phase
-  std::optional<double> seconds;       // measured wall seconds of the phase per step (see TimeRow)
   std::vector<CategoryRow> categories;  // when the measurement has this phase's breakdown
 };
 

@@ -28,11 +28,20 @@ inline Hardware h100() { return load_hardware("h100-sxm-80gb", LCPLAN_SOURCE_DIR
 struct PlanArgs {
   int gpus = 1, cp = 1, ep = 1, global_batch = 0, micro_batch = 1, ep_chunks = 1, recompute_layers = 0;
   int tp = 1, pp = 1, vpp = 1, etp = 1;
-  PipelineLayout pipeline;  // uneven first/last stage layers or explicit layers per virtual stage
+  PipelineLayout pipeline{};  // uneven first/last stage layers or explicit layers per virtual stage
   int64_t seq = 8192;
   OptimizerSharding sharding = OptimizerSharding::None;
   Recompute recompute = Recompute::None;
   bool linear_ce = true;
+};
+
+// One row of a table test: a zoo model, its plan and the executor's scaling (executor/scale.h).
+struct ExecCase {
+  const char* name;
+  const char* model;
+  PlanArgs args;
+  int scale = 64;
+  int layers = 1;
 };
 
 inline Plan make_plan(const std::string& model, const PlanArgs& a) {

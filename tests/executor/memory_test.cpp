@@ -14,14 +14,6 @@
 namespace lcplan::exec::tests {
 namespace {
 
-struct MemCase {
-  const char* name;
-  const char* model;
-  PlanArgs args;
-  int scale = 64;
-  int layers = 1;
-};
-
 std::string row(const char* what, const MemoryBreakdown& b) {
   char s[512];
   std::snprintf(s, sizeof s,
@@ -31,7 +23,7 @@ std::string row(const char* what, const MemoryBreakdown& b) {
   return s;
 }
 
-class MemoryTable : public ::testing::TestWithParam<MemCase> {};
+class MemoryTable : public ::testing::TestWithParam<ExecCase> {};
 
 // Busiest rank's routed token copies over the mean among the ranks of one pipeline stage (each stage holds its own
 // MoE layers, so loads are per stage).
@@ -48,7 +40,7 @@ double stage_load(const ExecResult& r, int stage) {
 
 TEST_P(MemoryTable, WithinFivePercent) {
   helpers::World w;
-  const MemCase& mc = GetParam();
+  const ExecCase& mc = GetParam();
   const ModelSpec full = zoo(mc.model);
   const ScaledCase sc = executor_case(full, make_plan(mc.model, mc.args), {mc.scale, mc.layers});
   const ExecResult r = run_case(w.c, sc);
@@ -123,7 +115,7 @@ PlanArgs pa(int gpus, int cp, int ep, OptimizerSharding s, Recompute rc, bool lc
 
 using OS = OptimizerSharding;
 using RC = Recompute;
-const MemCase kCases[] = {
+const ExecCase kCases[] = {
     {"qwen_single_none", "qwen3.5-35b-a3b", pa(1, 1, 1, OS::None, RC::None, true)},
     {"qwen_single_materialized", "qwen3.5-35b-a3b", pa(1, 1, 1, OS::None, RC::None, false)},
     {"qwen_dp4_distopt", "qwen3.5-35b-a3b", pa(4, 1, 1, OS::DistOpt, RC::None, true)},

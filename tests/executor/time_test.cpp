@@ -26,25 +26,17 @@ constexpr double kTolerance = 0.25;  // the issue's bound on the step time
 constexpr int kSteps = 5;            // one warm-up and four timed steps
 constexpr double kUndisturbed = 0.9; // least CPU / wall share of every rank in a step counted as undisturbed
 
-struct TimeCase {
-  const char* name;
-  const char* model;
-  PlanArgs args;
-  int scale = 16;
-  int layers = 1;
-};
-
 Hardware cpu_hardware() { return load_hardware("cpu-amd-epyc-2c", LCPLAN_SOURCE_DIR); }
 // The CPU profile as `lcplan validate --hardware cpu-amd-epyc-2c --calibration cpu-measured` resolves it.
 Calibration cpu_calibration() {
   return calibration_for(load_calibration("cpu-measured", LCPLAN_SOURCE_DIR), "cpu-amd-epyc-2c", "lcplan-exec");
 }
 
-class TimeTable : public ::testing::TestWithParam<TimeCase> {};
+class TimeTable : public ::testing::TestWithParam<ExecCase> {};
 
 TEST_P(TimeTable, StepWithinTwentyFivePercent) {
   helpers::World w;
-  const TimeCase& tc = GetParam();
+  const ExecCase& tc = GetParam();
   ASSERT_EQ(w.c.size, tc.args.gpus) << "run this test with mpirun -np " << tc.args.gpus << " (one group per job)";
 #if defined(__SANITIZE_ADDRESS__)  // several times slower: one case (both mixers, MoE, recompute) keeps the code checked
   if (std::string(tc.name) != "moe_ep2_full_recompute") GTEST_SKIP() << "sanitized build: one case runs";
@@ -101,29 +93,20 @@ TEST_P(TimeTable, StepWithinTwentyFivePercent) {
       << " s";
 }
 
-PlanArgs args(int cp, int ep, int ep_chunks, Recompute rc, int64_t seq) {
-  PlanArgs a;
-  a.gpus = 2;
-  a.cp = cp;
-  a.ep = ep;
-  a.ep_chunks = ep_chunks;
-  a.recompute = rc;
-  a.seq = seq;
-  return a;
-}
-
 // Two ranks each (the profile's ranks per node). At scale 16 GEMMs (dense layers, experts, LM head) take most of
 // a step of about a second (perf: 75-90% of each phase), so kernels, not per-call overheads, are compared; a case
 // runs in 6-9 s.
 INSTANTIATE_TEST_SUITE_P(
     Plans, TimeTable,
     ::testing::Values(
-        TimeCase{"dense_dp2", "llama-3.1-8b", args(1, 1, 1, Recompute::None, 16384), 16, 2},
-        TimeCase{"dense_cp2", "llama-3.1-8b", args(2, 1, 1, Recompute::None, 32768), 16, 2},
-        TimeCase{"dense_dp2_full_recompute", "llama-3.1-8b", args(1, 1, 1, Recompute::Full, 16384), 16, 2},
-        TimeCase{"moe_ep2_chunked", "mixtral-8x7b", args(1, 2, 2, Recompute::None, 16384), 16, 2},
-        TimeCase{"moe_ep2_full_recompute", "qwen3.5-35b-a3b", args(1, 2, 2, Recompute::Full, 16384), 16, 1}),
-    [](const ::testing::TestParamInfo<TimeCase>& i) { return std::string(i.param.name); });
+        ExecCase{"dense_dp2", "llama-3.1-8b", {.gpus = 2, .seq = 16384}, 16, 2},
+        ExecCase{"dense_cp2", "llama-3.1-8b", {.gpus = 2, .cp = 2, .seq = 32768}, 16, 2},
+        ExecCase{"dense_dp2_full_recompute", "llama-3.1-8b",
+                 {.gpus = 2, .seq = 16384, .recompute = Recompute::Full}, 16, 2},
+        ExecCase{"moe_ep2_chunked", "mixtral-8x7b", {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384}, 16, 2},
+        ExecCase{"moe_ep2_full_recompute", "qwen3.5-35b-a3b",
+                 {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384, .recompute = Recompute::Full}, 16, 1}),
+    [](const ::testing::TestParamInfo<ExecCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace lcplan::exec::tests
