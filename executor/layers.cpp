@@ -402,46 +402,6 @@ linear_attention::Options la_opts() {
   return o;
 }
 
-// Gated RMSNorm of each value head: y = o / rms(o) * w * silu(z) (HF Qwen3NextRMSNormGated).
-void gated_norm(const float* o, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads, int64_t dv) {
-  for (int64_t r = 0; r < rows * heads; ++r) {
-    const float* x = o + r * dv;
-    double ss = 0;
-    for (int64_t i = 0; i < dv; ++i) ss += double(x[i]) * x[i];
-    const float rstd = float(1.0 / std::sqrt(ss / double(dv) + kNormEps));
-    for (int64_t i = 0; i < dv; ++i) {
-      const float zz = z[r * dv + i];
-      y[r * dv + i] = x[i] * rstd * bf16_to_float(w[i]) * (zz * sigmoidf(zz));
-    }
-  }
-}
-
-void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* dy, float* dO, float* dz, float* dw,
-                    int64_t rows, int64_t heads, int64_t dv) {
-  for (int64_t r = 0; r < rows * heads; ++r) {
-    const float* x = o + r * dv;
-    double ss = 0;
-    for (int64_t i = 0; i < dv; ++i) ss += double(x[i]) * x[i];
-    const double rstd = 1.0 / std::sqrt(ss / double(dv) + kNormEps);
-    double dot = 0;
-    for (int64_t i = 0; i < dv; ++i) {
-      const float zz = z[r * dv + i], s = sigmoidf(zz);
-      const double dxhat = double(dy[r * dv + i]) * zz * s * bf16_to_float(w[i]);
-      dot += dxhat * x[i] * rstd;
-    }
-    dot /= double(dv);
-    for (int64_t i = 0; i < dv; ++i) {
-      const float zz = z[r * dv + i], s = sigmoidf(zz);
-      const double xhat = x[i] * rstd, wi = bf16_to_float(w[i]);
-      const double g = dy[r * dv + i];
-      dz[r * dv + i] = float(g * xhat * wi * s * (1.0 + zz * (1.0 - s)));
-      dw[i] += float(g * xhat * zz * s);
-      const double dxhat = g * zz * s * wi;
-      dO[r * dv + i] = float(rstd * (dxhat - xhat * dot));
-    }
-  }
-}
-
 // One sequence's segments in forward order (this rank's chunks), with the state and conv history handed along the
 // CP ranks in sequence order: 0 -> 1 -> ... -> cp-1 (first chunks), cp-1 -> ... -> 0 (second chunks). That order is a
 // pipeline every CP rank waits in (README "Context parallelism").

@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 
+#include "executor/ops_math.h"
 #include "kernels/moe/moe_math.h"
 
 namespace lcplan::exec {
@@ -85,8 +86,8 @@ void rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h) {
     const float* xr = x + r * h;
     double ss = 0;
     for (int64_t i = 0; i < h; ++i) ss += double(xr[i]) * xr[i];
-    const float rstd = float(1.0 / std::sqrt(ss / double(h) + kNormEps));
-    for (int64_t i = 0; i < h; ++i) y[r * h + i] = xr[i] * rstd * bf16_to_float(w[i]);
+    const float rstd = float(math::rms_rstd(ss, h));
+    for (int64_t i = 0; i < h; ++i) y[r * h + i] = math::rmsnorm_y(xr[i], rstd, bf16_to_float(w[i]));
   }
 }
 
@@ -97,17 +98,46 @@ void rmsnorm_bwd(const float* x, const bf16* w, const float* dy, float* dx, floa
     const float* g = dy + r * h;
     double ss = 0;
     for (int64_t i = 0; i < h; ++i) ss += double(xr[i]) * xr[i];
-    const double rstd = 1.0 / std::sqrt(ss / double(h) + kNormEps);
+    const double rstd = math::rms_rstd(ss, h);
     double dot = 0;  // mean(dxhat * xhat)
-    for (int64_t i = 0; i < h; ++i) dot += double(g[i]) * bf16_to_float(w[i]) * xr[i] * rstd;
+    for (int64_t i = 0; i < h; ++i) dot += math::rmsnorm_dot_term(g[i], bf16_to_float(w[i]), xr[i], rstd);
     dot /= double(h);
     for (int64_t i = 0; i < h; ++i) {
-      const double xhat = xr[i] * rstd;
-      const double dxhat = double(g[i]) * bf16_to_float(w[i]);
-      if (dw) dw[i] += float(g[i] * xhat);
-      const float v = float(rstd * (dxhat - xhat * dot));
+      if (dw) dw[i] += math::rmsnorm_dw_term(g[i], xr[i], rstd);
+      const float v = math::rmsnorm_dx(g[i], bf16_to_float(w[i]), xr[i], rstd, dot);
       if (accumulate_dx) dx[r * h + i] += v;
       else dx[r * h + i] = v;
+    }
+  }
+}
+
+void gated_norm(const float* o, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads, int64_t dv) {
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    const float* x = o + r * dv;
+    double ss = 0;
+    for (int64_t i = 0; i < dv; ++i) ss += double(x[i]) * x[i];
+    const float rstd = float(math::rms_rstd(ss, dv));
+    for (int64_t i = 0; i < dv; ++i) y[r * dv + i] = math::gated_norm_y(x[i], rstd, bf16_to_float(w[i]), z[r * dv + i]);
+  }
+}
+
+void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* dy, float* dO, float* dz, float* dw,
+                    int64_t rows, int64_t heads, int64_t dv) {
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    const float* x = o + r * dv;
+    double ss = 0;
+    for (int64_t i = 0; i < dv; ++i) ss += double(x[i]) * x[i];
+    const double rstd = math::rms_rstd(ss, dv);
+    double dot = 0;
+    for (int64_t i = 0; i < dv; ++i)
+      dot += math::gated_norm_dot_term(dy[r * dv + i], z[r * dv + i], bf16_to_float(w[i]), x[i], rstd);
+    dot /= double(dv);
+    for (int64_t i = 0; i < dv; ++i) {
+      const math::GatedNormGrad gr =
+          math::gated_norm_grad(dy[r * dv + i], z[r * dv + i], bf16_to_float(w[i]), x[i], rstd, dot);
+      dz[r * dv + i] = gr.dz;
+      dw[i] += gr.dw_term;
+      dO[r * dv + i] = gr.dx;
     }
   }
 }

@@ -1,6 +1,7 @@
-// Small ops of the executor's layers: GEMMs against bf16 weights, RMSNorm, SwiGLU, bf16 rounding. Values that a
-// bf16 training run would store (every op's output) are rounded to bf16 where they are produced, so a tensor rebuilt
-// by recomputation equals the saved one bit for bit and every recompute mode computes the same step.
+// Small ops of the executor's layers: GEMMs against bf16 weights, RMSNorm, gated RMSNorm, SwiGLU, bf16 rounding.
+// Values that a bf16 training run would store (every op's output) are rounded to bf16 where they are produced, so a
+// tensor rebuilt by recomputation equals the saved one bit for bit and every recompute mode computes the same step.
+// The GPU versions are ops_cuda.h, on the same per-element math (ops_math.h).
 #pragma once
 
 #include <cstddef>
@@ -11,7 +12,6 @@
 
 namespace lcplan::exec {
 
-constexpr float kNormEps = 1e-6f;  // Qwen3-Next / Qwen3.5 rms_norm_eps
 
 void round_bf16_inplace(float* x, size_t n);
 void to_bf16(const float* x, bf16* y, size_t n);
@@ -33,11 +33,17 @@ void matmul_bwd(Tracker& t, const float* x, const bf16* W, const float* dy, floa
 void matmul_bwd64(Tracker& t, const float* x, const bf16* W, const float* dy, double* dx, float* dW, int64_t rows,
                   int64_t k, int64_t n);
 
-// RMSNorm over rows of width h: y = x / rms(x) * w.
+// RMSNorm over rows of width h: y = x / rms(x) * w (per-element math in ops_math.h, shared with ops_cuda.h).
 void rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h);
 // dx (+=) and dw (+=) from x, w and dy.
 void rmsnorm_bwd(const float* x, const bf16* w, const float* dy, float* dx, float* dw, int64_t rows, int64_t h,
                  bool accumulate_dx);
+
+// Gated RMSNorm of each of `heads` value heads of width dv per row: y = o / rms(o) * w * silu(z)
+// (HF Qwen3NextRMSNormGated; w has dv elements). Backward: dO and dz overwritten, dw +=.
+void gated_norm(const float* o, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads, int64_t dv);
+void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* dy, float* dO, float* dz, float* dw,
+                    int64_t rows, int64_t heads, int64_t dv);
 
 // act[rows x f] = silu(h1[:, :f]) * h1[:, f:]  (h1 rows are [gate | up], kernels/moe/moe_math.h)
 void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "executor/ops_math.h"
+
 namespace lcplan::exec {
 
 namespace {
@@ -213,7 +215,7 @@ double ParamStore::grad_sq_owned() const {
 }
 
 void ParamStore::adam_step(int step, const AdamOptions& o) {
-  const double c1 = 1.0 - std::pow(o.beta1, step), c2 = 1.0 - std::pow(o.beta2, step);
+  const math::AdamScalars a = math::adam_scalars(o.lr, o.beta1, o.beta2, o.eps, step);
   for (Unit& U : units_)
     for (Part* P : {&U.dense, &U.expert}) {
       if (!P->shard) continue;
@@ -224,9 +226,7 @@ void ParamStore::adam_step(int step, const AdamOptions& o) {
       const float* g = mode_ == OptimizerSharding::DistOpt ? P->reduced.data() : P->g.data();
       const size_t pfirst = mode_ == OptimizerSharding::DistOpt ? size_t(P->index) * P->shard : 0;
       for (size_t i = 0; i < oc; ++i) {
-        m[i] = float(o.beta1 * m[i] + (1 - o.beta1) * g[i]);
-        v[i] = float(o.beta2 * v[i] + (1 - o.beta2) * double(g[i]) * g[i]);
-        master[i] = float(master[i] - o.lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + o.eps));
+        math::adam_update(g[i], m[i], v[i], master[i], a);
         P->p[pfirst + i] = float_to_bf16(master[i]);
       }
       if (mode_ == OptimizerSharding::DistOpt) {

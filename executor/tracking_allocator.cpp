@@ -60,6 +60,12 @@ void Tracker::sub(Category c, double bytes) {
   v -= bytes;
 }
 
+double Tracker::live_total() const {
+  double t = 0;
+  for (double b : live_) t += b;
+  return t;
+}
+
 Snapshot Tracker::now() const {
   Snapshot s;
   s.bytes = live_;

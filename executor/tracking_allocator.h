@@ -59,6 +59,8 @@ class Tracker {
   // The phase whose peak total is largest (first on ties, in schedule order) and its snapshot.
   std::pair<Phase, Snapshot> overall_peak() const;
   double live(Category c) const { return live_[static_cast<int>(c)]; }
+  double live_total() const;                          // bytes held now (the workspace reservation excluded)
+  int64_t live_charges() const { return charges_; }  // Charges (so Bufs and DeviceBufs) alive now
   double workspace_high_water() const { return ws_high_; }
   double workspace_reserve() const { return reserve_; }
   uint64_t operations() const { return ops_; }  // add/sub calls, for the overhead benchmark
@@ -68,7 +70,10 @@ class Tracker {
   class Charge {
    public:
     Charge() = default;
-    Charge(Tracker& t, Category c, double bytes) : t_(&t), c_(c), bytes_(bytes) { t_->add(c_, bytes_); }
+    Charge(Tracker& t, Category c, double bytes) : t_(&t), c_(c), bytes_(bytes) {
+      t_->add(c_, bytes_);
+      ++t_->charges_;
+    }
     Charge(Charge&& o) noexcept : t_(std::exchange(o.t_, nullptr)), c_(o.c_), bytes_(o.bytes_) {}
     Charge& operator=(Charge&& o) noexcept {
       if (this != &o) {
@@ -83,7 +88,10 @@ class Tracker {
     Charge& operator=(const Charge&) = delete;
     ~Charge() { release(); }
     void release() {
-      if (t_) t_->sub(c_, bytes_);
+      if (t_) {
+        t_->sub(c_, bytes_);
+        --t_->charges_;
+      }
       t_ = nullptr;
     }
 
@@ -101,6 +109,7 @@ class Tracker {
   int phase_ = -1;
   std::array<PhasePeak, kPhases> peaks_{};
   uint64_t ops_ = 0;
+  int64_t charges_ = 0;
 };
 
 // n elements of T owned by the caller and charged to a category while alive (zero-initialised). Move-only.

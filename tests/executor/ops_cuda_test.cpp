@@ -1,0 +1,228 @@
+// The GPU backend's building blocks against the CPU executor: every op of ops_cuda.h against its ops.h version on the
+// same inputs (norms and SwiGLU fp32 with fp64 row sums in a different order; GEMMs fp32 cuBLAS against the CPU's
+// fp64 accumulation), DeviceBuf charging the Tracker and the cudaMemGetInfo cross-check, and the CUDA-event phase
+// timer. Skips itself without a usable device (CTest reports it skipped); the phase timer's mismatch checks, which
+// throw before any CUDA call, run everywhere.
+//
+// Tolerances: element-wise ops and bf16 conversions exact up to device expf (atol 1e-6, rtol 1e-5); norms atol 1e-5
+// rtol 1e-5; GEMMs atol 1e-4 rtol 1e-4 (fp32 accumulation over k <= 300 against fp64).
+#include <gtest/gtest.h>
+
+#include <cublas_v2.h>
+
+#include <stdexcept>
+#include <vector>
+
+#include "executor/device_buf_cuda.h"
+#include "executor/device_memory_check.h"
+#include "executor/ops.h"
+#include "executor/ops_cuda.h"
+#include "executor/phase_timer_cuda.h"
+#include "tests/attention/check.h"
+#include "tests/attention/device_buffer.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+using lcplan::test::check_close;
+using lcplan::test::DeviceFloats;
+using lcplan::test::randn;
+
+class ExecOpsCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::device_available()) GTEST_SKIP() << "no usable CUDA device";
+    CUBLAS_CHECK(cublasCreate(&blas_));
+  }
+  void TearDown() override {
+    if (blas_) CUBLAS_LOG(cublasDestroy(blas_));
+  }
+  cublasHandle_t blas_ = nullptr;
+};
+
+std::vector<bf16> bf16_of(const std::vector<float>& x) {
+  std::vector<bf16> y(x.size());
+  to_bf16(x.data(), y.data(), x.size());
+  return y;
+}
+
+// A device copy of bf16 values (tracked, so the buffers also exercise DeviceBuf).
+cuda::DeviceBuf<bf16> upload(Tracker& t, const std::vector<bf16>& h) {
+  cuda::DeviceBuf<bf16> d(t, Category::Params, h.size());
+  CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  return d;
+}
+
+TEST_F(ExecOpsCuda, Bf16ConversionsAreExact) {
+  lcplan::test::Stream st;
+  const std::vector<float> x = randn(1000, 11, 3.0f);
+  Tracker t;
+  cuda::DeviceBuf<bf16> y(t, Category::Workspace, x.size());
+  DeviceFloats dx(x), back(x.size()), rounded(x);
+  cuda::to_bf16(dx.get(), y.data(), x.size(), st.get());
+  cuda::to_f32(y.data(), back.get(), x.size(), st.get());
+  cuda::round_bf16_inplace(rounded.get(), x.size(), st.get());
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = round_bf16(x[i]);
+  EXPECT_TRUE(check_close("to_bf16 -> to_f32", back.fetch(), want, 0, 0));
+  EXPECT_TRUE(check_close("round_bf16_inplace", rounded.fetch(), want, 0, 0));
+}
+
+TEST_F(ExecOpsCuda, RmsNormForwardAndBackwardMatchTheCpu) {
+  lcplan::test::Stream st;
+  Tracker t;
+  for (int64_t h : {37, 256, 1000}) {  // below, at and above one block of threads
+    const int64_t rows = 5;
+    const std::vector<float> x = randn(size_t(rows * h), 21, 1.0f, 0.2f), dy = randn(size_t(rows * h), 22);
+    const std::vector<bf16> w = bf16_of(lcplan::test::uniform(size_t(h), 23, 0.5f, 1.5f));
+    cuda::DeviceBuf<bf16> dw_w = upload(t, w);
+    std::vector<float> y(x.size()), dx(x.size(), 0.5f), dw(size_t(h), 0.25f);
+    rmsnorm(x.data(), w.data(), y.data(), rows, h);
+    rmsnorm_bwd(x.data(), w.data(), dy.data(), dx.data(), dw.data(), rows, h, true);
+    DeviceFloats gx(x), gy(x.size()), gdy(dy), gdx(std::vector<float>(x.size(), 0.5f)),
+        gdw(std::vector<float>(size_t(h), 0.25f)), inplace(x);
+    cuda::DeviceBuf<double> ws(t, Category::Workspace, cuda::norm_bwd_workspace_bytes(rows) / sizeof(double));
+    cuda::rmsnorm(gx.get(), dw_w.data(), gy.get(), rows, h, st.get());
+    cuda::rmsnorm(inplace.get(), dw_w.data(), inplace.get(), rows, h, st.get());
+    cuda::rmsnorm_bwd(gx.get(), dw_w.data(), gdy.get(), gdx.get(), gdw.get(), rows, h, true, ws.data(), ws.bytes(),
+                      st.get());
+    EXPECT_TRUE(check_close("y", gy.fetch(), y, 1e-5, 1e-5)) << "h " << h;
+    EXPECT_TRUE(check_close("y in place", inplace.fetch(), y, 1e-5, 1e-5)) << "h " << h;
+    EXPECT_TRUE(check_close("dx", gdx.fetch(), dx, 1e-5, 1e-5)) << "h " << h;
+    EXPECT_TRUE(check_close("dw", gdw.fetch(), dw, 1e-5, 1e-5)) << "h " << h;
+    // dx written over dy (the q/k-norm backward does this).
+    std::vector<float> want_inplace(x.size());
+    rmsnorm_bwd(x.data(), w.data(), dy.data(), want_inplace.data(), nullptr, rows, h, false);
+    DeviceFloats over(dy);
+    cuda::rmsnorm_bwd(gx.get(), dw_w.data(), over.get(), over.get(), nullptr, rows, h, false, ws.data(), ws.bytes(),
+                      st.get());
+    EXPECT_TRUE(check_close("dx over dy", over.fetch(), want_inplace, 1e-5, 1e-5)) << "h " << h;
+  }
+  EXPECT_THROW(cuda::rmsnorm_bwd(nullptr, nullptr, nullptr, nullptr, nullptr, 4, 8, false, nullptr, 8, nullptr),
+               std::invalid_argument);  // workspace too small: refused before any launch
+}
+
+TEST_F(ExecOpsCuda, GatedNormMatchesTheCpu) {
+  lcplan::test::Stream st;
+  Tracker t;
+  const int64_t rows = 6, heads = 4, dv = 128, n = rows * heads * dv;
+  const std::vector<float> o = randn(size_t(n), 31), z = randn(size_t(n), 32), dy = randn(size_t(n), 33);
+  const std::vector<bf16> w = bf16_of(lcplan::test::uniform(size_t(dv), 34, 0.5f, 1.5f));
+  cuda::DeviceBuf<bf16> gw = upload(t, w);
+  const size_t ne = size_t(n);
+  std::vector<float> y(ne), dO(ne), dz(ne), dw(size_t(dv), 0.0f);
+  gated_norm(o.data(), z.data(), w.data(), y.data(), rows, heads, dv);
+  gated_norm_bwd(o.data(), z.data(), w.data(), dy.data(), dO.data(), dz.data(), dw.data(), rows, heads, dv);
+  DeviceFloats go(o), gz(z), gdy(dy), gy(ne), gdO(ne), gdz(ne),
+      gdw(std::vector<float>(size_t(dv), 0.0f));
+  cuda::DeviceBuf<double> ws(t, Category::Workspace, cuda::norm_bwd_workspace_bytes(rows * heads) / sizeof(double));
+  cuda::gated_norm(go.get(), gz.get(), gw.data(), gy.get(), rows, heads, dv, st.get());
+  cuda::gated_norm_bwd(go.get(), gz.get(), gw.data(), gdy.get(), gdO.get(), gdz.get(), gdw.get(), rows, heads, dv,
+                       ws.data(), ws.bytes(), st.get());
+  EXPECT_TRUE(check_close("y", gy.fetch(), y, 1e-5, 1e-5));
+  EXPECT_TRUE(check_close("dO", gdO.fetch(), dO, 1e-5, 1e-5));
+  EXPECT_TRUE(check_close("dz", gdz.fetch(), dz, 1e-5, 1e-5));
+  EXPECT_TRUE(check_close("dw", gdw.fetch(), dw, 1e-4, 1e-5));
+}
+
+TEST_F(ExecOpsCuda, SwigluAndAdamMatchTheCpu) {
+  lcplan::test::Stream st;
+  const int64_t rows = 7, f = 300;
+  const std::vector<float> h1 = randn(size_t(rows * 2 * f), 41), dact = randn(size_t(rows * f), 42);
+  std::vector<float> act(size_t(rows * f)), dh1(h1.size());
+  swiglu_fwd(h1.data(), act.data(), rows, f);
+  swiglu_back(h1.data(), dact.data(), dh1.data(), rows, f);
+  DeviceFloats gh1(h1), gdact(dact), gact(act.size()), gdh1(h1.size());
+  cuda::swiglu_fwd(gh1.get(), gact.get(), rows, f, st.get());
+  cuda::swiglu_back(gh1.get(), gdact.get(), gdh1.get(), rows, f, st.get());
+  EXPECT_TRUE(check_close("act", gact.fetch(), act, 1e-6, 1e-5));
+  EXPECT_TRUE(check_close("dh1", gdh1.fetch(), dh1, 1e-6, 1e-5));
+
+  const size_t n = 5000;
+  const std::vector<float> g = randn(n, 43, 0.1f);
+  std::vector<float> m = randn(n, 44, 0.01f), v = lcplan::test::uniform(n, 45, 0.0f, 1e-3f), w = randn(n, 46);
+  DeviceFloats gg(g), gm(m), gv(v), gmaster(w);
+  Tracker t;
+  cuda::DeviceBuf<bf16> gp(t, Category::Params, n);
+  const math::AdamScalars a = math::adam_scalars(1e-3, 0.9, 0.95, 1e-8, 3);
+  cuda::adam(gg.get(), gm.get(), gv.get(), gmaster.get(), gp.data(), n, a, st.get());
+  std::vector<float> p(n);
+  for (size_t i = 0; i < n; ++i) {
+    math::adam_update(g[i], m[i], v[i], w[i], a);
+    p[i] = round_bf16(w[i]);
+  }
+  std::vector<bf16> got_p16(n);
+  CUDA_CHECK(cudaStreamSynchronize(st.get()));
+  CUDA_CHECK(cudaMemcpy(got_p16.data(), gp.data(), n * sizeof(bf16), cudaMemcpyDeviceToHost));
+  std::vector<float> got_p(n);
+  to_f32(got_p16.data(), got_p.data(), n);
+  EXPECT_TRUE(check_close("m", gm.fetch(), m, 1e-7, 1e-6));
+  EXPECT_TRUE(check_close("v", gv.fetch(), v, 1e-9, 1e-6));
+  EXPECT_TRUE(check_close("master", gmaster.fetch(), w, 1e-6, 1e-6));
+  EXPECT_TRUE(check_close("bf16 params", got_p, p, 1e-2, 1e-2));  // one bf16 ulp where master sits on a tie
+}
+
+TEST_F(ExecOpsCuda, GemmsMatchTheCpu) {
+  lcplan::test::Stream st;
+  const int64_t rows = 33, k = 300, n = 70;
+  const std::vector<float> x = randn(size_t(rows * k), 51), dy = randn(size_t(rows * n), 52);
+  const std::vector<bf16> W = bf16_of(randn(size_t(k * n), 53, 0.05f));
+  Tracker t;
+  std::vector<float> y(size_t(rows * n)), dx(size_t(rows * k), 1.0f), dW(size_t(k * n), 0.5f);
+  matmul(t, x.data(), W.data(), y.data(), rows, k, n);
+  matmul_bwd(t, x.data(), W.data(), dy.data(), dx.data(), dW.data(), rows, k, n, true);
+  cuda::DeviceBuf<bf16> gW = upload(t, W);
+  DeviceFloats gx(x), gdy(dy), gy(y.size()), gdx(std::vector<float>(dx.size(), 1.0f)),
+      gdW(std::vector<float>(dW.size(), 0.5f));
+  cuda::DeviceBuf<float> ws(t, Category::Workspace, cuda::matmul_workspace_bytes(k, n) / sizeof(float));
+  cuda::matmul(blas_, gx.get(), gW.data(), gy.get(), rows, k, n, ws.data(), ws.bytes(), st.get());
+  cuda::matmul_bwd(blas_, gx.get(), gW.data(), gdy.get(), gdx.get(), gdW.get(), rows, k, n, true, ws.data(),
+                   ws.bytes(), st.get());
+  EXPECT_TRUE(check_close("y", gy.fetch(), y, 1e-4, 1e-4));
+  EXPECT_TRUE(check_close("dx", gdx.fetch(), dx, 1e-4, 1e-4));
+  EXPECT_TRUE(check_close("dW", gdW.fetch(), dW, 1e-4, 1e-4));
+}
+
+TEST_F(ExecOpsCuda, DeviceBufsAreTrackedAndCrossCheckedWithTheDriver) {
+  Tracker t;
+  CUDA_CHECK(cudaFree(nullptr));  // the context exists before the baseline
+  const double base = cuda::device_used_bytes();
+  {
+    cuda::DeviceBuf<float> a(t, Category::Activations, size_t(16) << 20);  // 64 MiB
+    cuda::DeviceBuf<bf16> b(t, Category::Params, size_t(5) << 20);         // 10 MiB
+    EXPECT_EQ(t.live_total(), double(64 + 10) * 1024 * 1024);
+    EXPECT_EQ(t.live_charges(), 2);
+    const DeviceMemoryCheck c = check_device_memory(t.live_total(), cuda::device_used_bytes(), base, t.live_charges());
+    EXPECT_TRUE(c.consistent) << c.note;
+  }
+  EXPECT_EQ(t.live_total(), 0);
+}
+
+TEST_F(ExecOpsCuda, PhaseTimerSumsEachPhasesEvents) {
+  lcplan::test::Stream st;
+  const size_t n = size_t(1) << 24;
+  DeviceFloats x(n);
+  cuda::PhaseTimer timer(st.get());
+  timer.begin(Phase::Forward);
+  for (int i = 0; i < 4; ++i) cuda::round_bf16_inplace(x.get(), n, st.get());
+  timer.end(Phase::Forward);
+  timer.begin(Phase::Optimizer);
+  cuda::round_bf16_inplace(x.get(), n, st.get());
+  timer.end(Phase::Optimizer);
+  const auto s = timer.seconds();
+  EXPECT_GT(s[size_t(Phase::Forward)], 0.0);
+  EXPECT_GT(s[size_t(Phase::Optimizer)], 0.0);
+  EXPECT_EQ(s[size_t(Phase::Loss)], 0.0);
+  EXPECT_EQ(s[size_t(Phase::Backward)], 0.0);
+}
+
+// Mismatched marks are refused before any CUDA call, so this runs without a device.
+TEST(ExecPhaseTimer, MismatchedMarksAreRefused) {
+  cuda::PhaseTimer timer(nullptr);
+  EXPECT_THROW(timer.end(Phase::Forward), std::logic_error);
+  EXPECT_NO_THROW(timer.seconds());
+  EXPECT_FALSE(timer.open());
+}
+
+}  // namespace
+}  // namespace lcplan::exec::tests

@@ -1,0 +1,179 @@
+// The executor's small ops on the CPU, checked against independent math: the norms' and SwiGLU's input gradients
+// against central finite differences of their forwards, the weight gradients against the closed forms (each output
+// is linear in w), Adam against the paper's update written out in fp64. The GPU ops (ops_cuda.h) run the same
+// per-element math (ops_math.h), so these tests also cover what the device computes; executor_ops_cuda_test then
+// compares device and CPU. Also the cudaMemGetInfo cross-check's verdicts and the Tracker's live counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "executor/device_memory_check.h"
+#include "executor/ops.h"
+#include "executor/ops_math.h"
+#include "executor/tracking_allocator.h"
+#include "tests/attention/check.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+using lcplan::test::check_close;
+
+std::vector<bf16> bf16_of(const std::vector<float>& x) {
+  std::vector<bf16> y(x.size());
+  to_bf16(x.data(), y.data(), x.size());
+  return y;
+}
+
+// sum(dy * f(x)) in fp64 for a forward f over x.
+template <class F>
+double dot_loss(const std::vector<float>& dy, F f, const std::vector<float>& x) {
+  std::vector<float> y(dy.size());
+  f(x.data(), y.data());
+  double s = 0;
+  for (size_t i = 0; i < y.size(); ++i) s += double(dy[i]) * y[i];
+  return s;
+}
+
+// Central differences of sum(dy * f(x)) with respect to every element of x.
+template <class F>
+std::vector<double> numeric_grad(const std::vector<float>& dy, F f, std::vector<float> x, float h = 1e-3f) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    x[i] = x0 + h;
+    const double up = dot_loss(dy, f, x);
+    x[i] = x0 - h;
+    const double dn = dot_loss(dy, f, x);
+    x[i] = x0;
+    g[i] = (up - dn) / (double(x0 + h) - double(x0 - h));
+  }
+  return g;
+}
+
+TEST(Ops, RmsNormGradientsMatchFiniteDifferencesAndTheClosedForm) {
+  const int64_t rows = 3, h = 37;
+  const std::vector<float> x = lcplan::test::randn(size_t(rows * h), 1, 1.0f, 0.3f);
+  const std::vector<float> dy = lcplan::test::randn(size_t(rows * h), 2);
+  const std::vector<bf16> w = bf16_of(lcplan::test::uniform(size_t(h), 3, 0.5f, 1.5f));
+  auto fwd = [&](const float* in, float* out) { rmsnorm(in, w.data(), out, rows, h); };
+  std::vector<float> dx(x.size()), dw(size_t(h), 0.25f);  // dw accumulates onto what is there
+  rmsnorm_bwd(x.data(), w.data(), dy.data(), dx.data(), dw.data(), rows, h, false);
+  EXPECT_TRUE(check_close("dx", dx, numeric_grad(dy, fwd, x), 2e-3, 2e-3));
+  std::vector<double> want_dw(size_t(h), 0.25);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < h; ++i) ss += double(x[size_t(r * h + i)]) * x[size_t(r * h + i)];
+    const double rstd = 1.0 / std::sqrt(ss / double(h) + 1e-6);
+    for (int64_t i = 0; i < h; ++i) want_dw[size_t(i)] += double(dy[size_t(r * h + i)]) * x[size_t(r * h + i)] * rstd;
+  }
+  EXPECT_TRUE(check_close("dw", dw, want_dw, 1e-5, 1e-5));
+  // accumulate_dx adds; in place (dx == dy) gives the same values.
+  std::vector<float> acc(x.size(), 1.0f), inplace = dy;
+  rmsnorm_bwd(x.data(), w.data(), dy.data(), acc.data(), nullptr, rows, h, true);
+  rmsnorm_bwd(x.data(), w.data(), inplace.data(), inplace.data(), nullptr, rows, h, false);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(acc[i], 1.0f + dx[i]) << i;
+    ASSERT_EQ(inplace[i], dx[i]) << i;
+  }
+}
+
+TEST(Ops, GatedNormGradientsMatchFiniteDifferencesAndTheClosedForm) {
+  const int64_t rows = 2, heads = 3, dv = 16, n = rows * heads * dv;
+  const std::vector<float> o = lcplan::test::randn(size_t(n), 4), z = lcplan::test::randn(size_t(n), 5);
+  const std::vector<float> dy = lcplan::test::randn(size_t(n), 6);
+  const std::vector<bf16> w = bf16_of(lcplan::test::uniform(size_t(dv), 7, 0.5f, 1.5f));
+  std::vector<float> dO(static_cast<size_t>(n)), dz(static_cast<size_t>(n)), dw(static_cast<size_t>(dv), 0.0f);
+  gated_norm_bwd(o.data(), z.data(), w.data(), dy.data(), dO.data(), dz.data(), dw.data(), rows, heads, dv);
+  auto by_o = [&](const float* in, float* out) { gated_norm(in, z.data(), w.data(), out, rows, heads, dv); };
+  auto by_z = [&](const float* in, float* out) { gated_norm(o.data(), in, w.data(), out, rows, heads, dv); };
+  EXPECT_TRUE(check_close("dO", dO, numeric_grad(dy, by_o, o), 2e-3, 2e-3));
+  EXPECT_TRUE(check_close("dz", dz, numeric_grad(dy, by_z, z), 2e-3, 2e-3));
+  std::vector<double> want_dw(size_t(dv), 0.0);
+  for (int64_t r = 0; r < rows * heads; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < dv; ++i) ss += double(o[size_t(r * dv + i)]) * o[size_t(r * dv + i)];
+    const double rstd = 1.0 / std::sqrt(ss / double(dv) + 1e-6);
+    for (int64_t i = 0; i < dv; ++i) {
+      const size_t e = size_t(r * dv + i);
+      const double silu = z[e] / (1.0 + std::exp(-double(z[e])));
+      want_dw[size_t(i)] += double(dy[e]) * o[e] * rstd * silu;
+    }
+  }
+  EXPECT_TRUE(check_close("dw", dw, want_dw, 1e-5, 1e-4));
+}
+
+TEST(Ops, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 4, f = 9;
+  const std::vector<float> h1 = lcplan::test::randn(size_t(rows * 2 * f), 8);
+  const std::vector<float> dact = lcplan::test::randn(size_t(rows * f), 9);
+  std::vector<float> dh1(h1.size());
+  swiglu_back(h1.data(), dact.data(), dh1.data(), rows, f);
+  auto fwd = [&](const float* in, float* out) { swiglu_fwd(in, out, rows, f); };
+  EXPECT_TRUE(check_close("dh1", dh1, numeric_grad(dact, fwd, h1), 2e-3, 2e-3));
+}
+
+TEST(Ops, AdamFollowsThePaperWithBiasCorrection) {
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8;
+  const std::vector<float> grads = {0.5f, -1.25f, 3.0f};
+  float m = 0, v = 0, w = 1.0f;
+  double M = 0, V = 0, W = 1.0;
+  for (int step = 1; step <= 3; ++step) {
+    const double g = grads[size_t(step - 1)];
+    math::adam_update(float(g), m, v, w, math::adam_scalars(lr, b1, b2, eps, step));
+    M = b1 * M + (1 - b1) * g;
+    V = b2 * V + (1 - b2) * g * g;
+    W -= lr * (M / (1 - std::pow(b1, step))) / (std::sqrt(V / (1 - std::pow(b2, step))) + eps);
+    EXPECT_NEAR(m, M, 1e-6) << step;
+    EXPECT_NEAR(v, V, 1e-6) << step;
+    EXPECT_NEAR(w, W, 1e-6) << step;
+  }
+  // The first step of bias-corrected Adam moves every weight by lr (|m / c1| / sqrt(v / c2) = 1).
+  float m1 = 0, v1 = 0, w1 = 0;
+  math::adam_update(-7.0f, m1, v1, w1, math::adam_scalars(lr, b1, b2, eps, 1));
+  EXPECT_NEAR(w1, lr, 1e-7);
+}
+
+TEST(DeviceMemoryCheck, VerdictsAndOneSentenceForBadInput) {
+  const double mib = 1024.0 * 1024.0, base = 900 * mib;
+  // 3 allocations of 10 MiB, the driver rounded each up to its 2 MiB page: consistent.
+  DeviceMemoryCheck ok = check_device_memory(30 * mib, base + 36 * mib, base, 3);
+  EXPECT_TRUE(ok.consistent) << ok.note;
+  EXPECT_DOUBLE_EQ(ok.device_bytes, 36 * mib);
+  EXPECT_DOUBLE_EQ(ok.allowance, 8 * mib);
+  EXPECT_NE(ok.note.find("consistent"), std::string::npos) << ok.note;
+  // 100 MiB more in use than tracked (another process, or memory the tracker missed): flagged.
+  DeviceMemoryCheck over = check_device_memory(30 * mib, base + 130 * mib, base, 3);
+  EXPECT_FALSE(over.consistent);
+  EXPECT_NE(over.note.find("differs by more than page rounding"), std::string::npos) << over.note;
+  // Less in use than tracked (the tracker charges bytes never allocated): flagged.
+  EXPECT_FALSE(check_device_memory(30 * mib, base + 20 * mib, base, 3).consistent);
+  try {
+    check_device_memory(-1, base, base, 0);
+    FAIL() << "a negative byte count was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tracked bytes = -1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_device_memory(0, NAN, base, 0), std::invalid_argument);
+}
+
+TEST(Tracker, LiveTotalAndChargesFollowTheBuffers) {
+  Tracker t(1000);  // the workspace reservation is not live memory
+  EXPECT_EQ(t.live_total(), 0);
+  {
+    Buf<float> a(t, Category::Activations, 10);
+    Buf<bf16> p(t, Category::Params, 8);
+    EXPECT_EQ(t.live_total(), 10 * 4 + 8 * 2);
+    EXPECT_EQ(t.live_charges(), 2);
+    Buf<float> moved = std::move(a);
+    EXPECT_EQ(t.live_charges(), 2);
+    p.reset();
+    EXPECT_EQ(t.live_charges(), 1);
+  }
+  EXPECT_EQ(t.live_total(), 0);
+  EXPECT_EQ(t.live_charges(), 0);
+}
+
+}  // namespace
+}  // namespace lcplan::exec::tests
