@@ -82,8 +82,8 @@ Args parse(int argc, char** argv) {
   if (a.plan.empty()) throw UserError(std::string("--plan is required (") + kUsage + ")");
   if (!have_out) throw UserError(std::string("--out is required (") + kUsage + ")");
   if (a.backend == "cuda")
-    throw UserError("--backend cuda is not available yet: lcplan-exec's GPU path comes with a later issue; use "
-                    "--backend cpu");
+    throw UserError("--backend cuda is not available yet: lcplan-exec's GPU layers are not built (its device ops, "
+                    "memory tracking and phase timing are, executor/README.md \"GPU backend\"); use --backend cpu");
   return a;
 }
 

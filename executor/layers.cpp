@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include "executor/ops.h"
+#include "executor/ops_math.h"
 #include "kernels/attention/attention.h"
 #include "kernels/linear_attention/linear_attention.h"
 #include "kernels/linear_ce/linear_ce.h"
@@ -41,7 +42,6 @@ Buf<float> save32(Ctx& c, const float* x, size_t n) {
 }
 WS load(Ctx& c, const Buf<bf16>& b) { return widen(c.tr, b.data(), b.size()); }
 
-float sigmoidf(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float softplusf(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // Copies columns [c0, c0 + n) of rows [r0, r0 + rows) of a row-major matrix with `cols` columns.
@@ -295,7 +295,7 @@ void attention_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSp
   const float* oproj_in = o.data();
   if (d.gate) {
     go = ws(c, size_t(T * qc));
-    for (int64_t i = 0; i < T * qc; ++i) go[size_t(i)] = round_bf16(o[size_t(i)] * sigmoidf(r.gate[size_t(i)]));
+    output_gate(o.data(), r.gate.data(), go.data(), size_t(T * qc));
     oproj_in = go.data();
   }
   row_parallel(c, oproj_in, wd(w, u.off.wo), y, qc, H);
@@ -329,15 +329,8 @@ void attention_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGra
   WS dgo = ws(c, size_t(T * qc));
   row_parallel_bwd(c, d.gate ? go.data() : o.data(), wd(w, u.off.wo), dy, dgo.data(), gd(g, u.off.wo), qc, H);
   WS dO = ws(c, size_t(T * qc)), dgate = ws(c, d.gate ? size_t(T * qc) : 0);
-  for (int64_t i = 0; i < T * qc; ++i) {
-    if (d.gate) {
-      const float s = sigmoidf(gate[size_t(i)]);
-      dO[size_t(i)] = dgo[size_t(i)] * s;
-      dgate[size_t(i)] = dgo[size_t(i)] * o[size_t(i)] * s * (1.0f - s);
-    } else {
-      dO[size_t(i)] = dgo[size_t(i)];
-    }
-  }
+  if (d.gate) output_gate_bwd(dgo.data(), o.data(), gate.data(), dO.data(), dgate.data(), size_t(T * qc));
+  else std::copy(dgo.data(), dgo.data() + T * qc, dO.data());
   go.reset();
   dgo.reset();
   WS q = load(c, sv.q), k = load(c, sv.k), v = load(c, sv.v);
@@ -493,7 +486,7 @@ void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Kee
       const float alog = bf16_to_float(w.dense[u.off.a_log + d.lv_first + h]);
       const float dt = bf16_to_float(w.dense[u.off.dt_bias + d.lv_first + h]);
       gb[size_t(t * 2 * lv + h)] = -std::exp(alog) * softplusf(a + dt);
-      gb[size_t(t * 2 * lv + lv + h)] = sigmoidf(bb);
+      gb[size_t(t * 2 * lv + lv + h)] = math::sigmoid(bb);
     }
   WS conv = ws(c, size_t(T * gs.C)), la_o = ws(c, size_t(T * gs.vd));
   Buf<float> cp_state;
@@ -585,7 +578,7 @@ void gdn_seq_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad&
         const float dt = bf16_to_float(w.dense[u.off.dt_bias + d.lv_first + h]);
         const float gval = gb[row * 2 * lv + h], beta = gb[row * 2 * lv + lv + h];
         const float dgv = dg[size_t(t * lv + h)];
-        const float da = dgv * -std::exp(alog) * sigmoidf(a + dt);
+        const float da = dgv * -std::exp(alog) * math::sigmoid(a + dt);
         dproj[row * gs.P + acol + h] = da;
         g.dense[u.off.dt_bias + d.lv_first + h] += da;
         g.dense[u.off.a_log + d.lv_first + h] += dgv * gval;
@@ -1184,8 +1177,7 @@ void embedding_forward(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x
   // (Megatron VocabParallelEmbedding + reduce_scatter_to_sequence_parallel_region): exact, one non-zero per element.
   const int64_t T = c.tokens, V0 = c.d.V0, Vl = c.d.Vl;
   WS all = ws(c, size_t(T * H)), mine = ws(c, size_t(R * H));
-  for (int64_t t = 0; t < T; ++t)
-    if (tokens[t] >= V0 && tokens[t] < V0 + Vl) to_f32(table + (tokens[t] - V0) * H, all.data() + t * H, size_t(H));
+  embedding_rows(table, tokens, T, H, V0, Vl, all.data());
   sp_reduce_scatter(c, all.data(), mine.data(), H);
   to_bf16(mine.data(), x, size_t(R * H));
 }
@@ -1193,9 +1185,7 @@ void embedding_forward(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x
 void embedding_backward(Ctx& c, const int64_t* tokens, const float* dx, float* g) {
   const int64_t H = c.d.H, V0 = c.d.V0, Vl = c.d.Vl;
   const Rows d = sp_gather(c, dx, H);
-  for (int64_t t = 0; t < c.tokens; ++t)
-    if (tokens[t] >= V0 && tokens[t] < V0 + Vl)
-      for (int64_t h = 0; h < H; ++h) g[(tokens[t] - V0) * H + h] += d.p[t * H + h];
+  embedding_rows_bwd(tokens, d.p, c.tokens, H, V0, Vl, g);
 }
 
 }  // namespace lcplan::exec

@@ -142,6 +142,33 @@ void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* 
   }
 }
 
+void output_gate(const float* o, const float* gate, float* go, size_t n) {
+  for (size_t i = 0; i < n; ++i) go[i] = round_bf16(math::output_gate_y(o[i], gate[i]));
+}
+
+void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const math::OutputGateGrad g = math::output_gate_grad(dgo[i], o[i], gate[i]);
+    d_o[i] = g.d_o;
+    d_gate[i] = g.d_gate;
+  }
+}
+
+void embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                    float* out) {
+  for (int64_t t = 0; t < T; ++t) {
+    const bool mine = tokens[t] >= V0 && tokens[t] < V0 + Vl;
+    for (int64_t j = 0; j < h; ++j) out[t * h + j] = mine ? bf16_to_float(table[(tokens[t] - V0) * h + j]) : 0.0f;
+  }
+}
+
+void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                        float* g) {
+  for (int64_t t = 0; t < T; ++t)
+    if (tokens[t] >= V0 && tokens[t] < V0 + Vl)
+      for (int64_t j = 0; j < h; ++j) g[(tokens[t] - V0) * h + j] += dy[t * h + j];
+}
+
 void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < f; ++j) act[r * f + j] = moe::swiglu(h1[r * 2 * f + j], h1[r * 2 * f + f + j]);

@@ -45,6 +45,16 @@ void gated_norm(const float* o, const float* z, const bf16* w, float* y, int64_t
 void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* dy, float* dO, float* dz, float* dw,
                     int64_t rows, int64_t heads, int64_t dv);
 
+// go[n] = bf16(o * sigmoid(gate)) (the attention output gate); backward: d_o, d_gate overwritten from dgo.
+void output_gate(const float* o, const float* gate, float* go, size_t n);
+void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n);
+
+// A vocabulary shard's embedding rows [V0, V0 + Vl) of `table` (bf16 [Vl x h]) for T tokens into out (fp32 [T x h]):
+// a token outside the shard gets a zero row (Megatron VocabParallelEmbedding). Backward: the rows of dy of in-shard
+// tokens added into g (fp32 [Vl x h]) in token order.
+void embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl, float* out);
+void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0, int64_t Vl, float* g);
+
 // act[rows x f] = silu(h1[:, :f]) * h1[:, f:]  (h1 rows are [gate | up], kernels/moe/moe_math.h)
 void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f);
 void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f);

@@ -150,6 +150,39 @@ __global__ void gated_norm_dx_kernel(const float* x, const float* z, const bf16*
   }
 }
 
+__global__ void output_gate_kernel(const float* o, const float* gate, float* go, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    go[i] = round_bf16(math::output_gate_y(o[i], gate[i]));
+}
+
+__global__ void output_gate_bwd_kernel(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate,
+                                       size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const math::OutputGateGrad g = math::output_gate_grad(dgo[i], o[i], gate[i]);
+    d_o[i] = g.d_o;
+    d_gate[i] = g.d_gate;
+  }
+}
+
+__global__ void embedding_rows_kernel(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0,
+                                      int64_t Vl, float* out) {
+  const size_t n = size_t(T * h);
+  for (size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x; e < n; e += size_t(gridDim.x) * blockDim.x) {
+    const int64_t t = int64_t(e) / h, j = int64_t(e) % h, tok = tokens[t];
+    out[e] = tok >= V0 && tok < V0 + Vl ? bf16_to_float(table[(tok - V0) * h + j]) : 0.0f;
+  }
+}
+
+__global__ void embedding_rows_bwd_kernel(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0,
+                                          int64_t Vl, float* g) {
+  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (j >= h) return;
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t tok = tokens[t];
+    if (tok >= V0 && tok < V0 + Vl) g[(tok - V0) * h + j] += dy[t * h + j];
+  }
+}
+
 __global__ void swiglu_fwd_kernel(const float* h1, float* act, int64_t rows, int64_t f) {
   const size_t n = size_t(rows * f);
   for (size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x; e < n; e += size_t(gridDim.x) * blockDim.x) {
@@ -252,6 +285,34 @@ void gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* 
                                                                                          dv);
   check_launch();
   gated_norm_dx_kernel<<<elementwise_blocks(size_t(n * dv)), kThreads, 0, stream>>>(x, z, w, dy, dx, dz, stats, n, dv);
+  check_launch();
+}
+
+void output_gate(const float* o, const float* gate, float* go, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  output_gate_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(o, gate, go, n);
+  check_launch();
+}
+
+void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n,
+                     cudaStream_t stream) {
+  if (n == 0) return;
+  output_gate_bwd_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(dgo, o, gate, d_o, d_gate, n);
+  check_launch();
+}
+
+void embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl, float* out,
+                    cudaStream_t stream) {
+  if (T == 0 || h == 0) return;
+  embedding_rows_kernel<<<elementwise_blocks(size_t(T * h)), kThreads, 0, stream>>>(table, tokens, T, h, V0, Vl, out);
+  check_launch();
+}
+
+void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                        float* g, cudaStream_t stream) {
+  if (T == 0 || h == 0) return;
+  embedding_rows_bwd_kernel<<<unsigned((h + kThreads - 1) / kThreads), kThreads, 0, stream>>>(tokens, dy, T, h, V0, Vl,
+                                                                                             g);
   check_launch();
 }
 

@@ -38,6 +38,18 @@ void gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* 
                     int64_t rows, int64_t heads, int64_t dv, void* workspace, size_t workspace_bytes,
                     cudaStream_t stream);
 
+// go[n] = bf16(o * sigmoid(gate)); backward: d_o, d_gate overwritten.
+void output_gate(const float* o, const float* gate, float* go, size_t n, cudaStream_t stream);
+void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n,
+                     cudaStream_t stream);
+
+// Same contracts as ops.h embedding_rows / embedding_rows_bwd (tokens is a device array). The backward runs one
+// thread per hidden column over the tokens in order: the CPU's order of additions, no atomics.
+void embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl, float* out,
+                    cudaStream_t stream);
+void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                        float* g, cudaStream_t stream);
+
 // act[rows x f] = silu(h1[:, :f]) * h1[:, f:]; and its backward into dh1[rows x 2f].
 void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f, cudaStream_t stream);
 void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f, cudaStream_t stream);

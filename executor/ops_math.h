@@ -5,6 +5,7 @@
 //
 // RMSNorm (Zhang & Sennrich 2019, https://arxiv.org/abs/1910.07467): y = x / rms(x) * w, rms = sqrt(mean(x^2) + eps).
 // Gated RMSNorm (HF Qwen3NextRMSNormGated): y = x / rms(x) * w * silu(z).
+// Output gate (Qwen3.5 gated attention, https://arxiv.org/abs/2505.06708): y = o * sigmoid(gate).
 // Adam (Kingma & Ba 2015, https://arxiv.org/abs/1412.6980) with bias correction, no weight decay.
 #pragma once
 
@@ -55,6 +56,16 @@ LCPLAN_HD GatedNormGrad gated_norm_grad(float g_, float z, float w, float x, dou
   const double dxhat = g * z * s * wi;
   r.dx = float(rstd * (dxhat - xhat * dot));
   return r;
+}
+
+// ---- Sigmoid output gate (Qwen3.5 attention: o * sigmoid(gate) before o_proj) ----
+LCPLAN_HD float output_gate_y(float o, float gate) { return o * sigmoid(gate); }
+struct OutputGateGrad {
+  float d_o = 0, d_gate = 0;
+};
+LCPLAN_HD OutputGateGrad output_gate_grad(float dy, float o, float gate) {
+  const float s = sigmoid(gate);
+  return {dy * s, dy * o * s * (1.0f - s)};
 }
 
 // ---- Adam ----

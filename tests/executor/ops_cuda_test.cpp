@@ -162,6 +162,39 @@ TEST_F(ExecOpsCuda, SwigluAndAdamMatchTheCpu) {
   EXPECT_TRUE(check_close("bf16 params", got_p, p, 1e-2, 1e-2));  // one bf16 ulp where master sits on a tie
 }
 
+TEST_F(ExecOpsCuda, OutputGateAndEmbeddingMatchTheCpu) {
+  lcplan::test::Stream st;
+  Tracker t;
+  const size_t n = 3000;
+  const std::vector<float> o = randn(n, 61), gate = randn(n, 62, 2.0f), dgo = randn(n, 63);
+  std::vector<float> go(n), d_o(n), d_gate(n);
+  output_gate(o.data(), gate.data(), go.data(), n);
+  output_gate_bwd(dgo.data(), o.data(), gate.data(), d_o.data(), d_gate.data(), n);
+  DeviceFloats g_o(o), g_gate(gate), g_dgo(dgo), g_go(n), g_do(n), g_dgate(n);
+  cuda::output_gate(g_o.get(), g_gate.get(), g_go.get(), n, st.get());
+  cuda::output_gate_bwd(g_dgo.get(), g_o.get(), g_gate.get(), g_do.get(), g_dgate.get(), n, st.get());
+  EXPECT_TRUE(check_close("go", g_go.fetch(), go, 1e-2, 1e-2));  // bf16 outputs: one ulp where expf differs
+  EXPECT_TRUE(check_close("d_o", g_do.fetch(), d_o, 1e-6, 1e-5));
+  EXPECT_TRUE(check_close("d_gate", g_dgate.fetch(), d_gate, 1e-6, 1e-5));
+
+  const int64_t T = 300, h = 40, V0 = 100, Vl = 50;
+  std::vector<int64_t> tokens(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) tokens[size_t(i)] = (i * 37) % 200;  // half in the shard, repeats included
+  const std::vector<bf16> table = bf16_of(randn(size_t(Vl * h), 64));
+  const std::vector<float> dy = randn(size_t(T * h), 65);
+  std::vector<float> rows(size_t(T * h)), g(size_t(Vl * h), 0.5f);
+  embedding_rows(table.data(), tokens.data(), T, h, V0, Vl, rows.data());
+  embedding_rows_bwd(tokens.data(), dy.data(), T, h, V0, Vl, g.data());
+  cuda::DeviceBuf<bf16> g_table = upload(t, table);
+  cuda::DeviceBuf<int64_t> g_tokens(t, Category::Workspace, tokens.size());
+  CUDA_CHECK(cudaMemcpy(g_tokens.data(), tokens.data(), tokens.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+  DeviceFloats g_rows(rows.size()), g_dy(dy), g_g(std::vector<float>(g.size(), 0.5f));
+  cuda::embedding_rows(g_table.data(), g_tokens.data(), T, h, V0, Vl, g_rows.get(), st.get());
+  cuda::embedding_rows_bwd(g_tokens.data(), g_dy.get(), T, h, V0, Vl, g_g.get(), st.get());
+  EXPECT_TRUE(check_close("embedding rows", g_rows.fetch(), rows, 0, 0));
+  EXPECT_TRUE(check_close("embedding grad", g_g.fetch(), g, 0, 0));  // same additions in the same order
+}
+
 TEST_F(ExecOpsCuda, GemmsMatchTheCpu) {
   lcplan::test::Stream st;
   const int64_t rows = 33, k = 300, n = 70;

@@ -114,6 +114,44 @@ TEST(Ops, SwigluBackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(check_close("dh1", dh1, numeric_grad(dact, fwd, h1), 2e-3, 2e-3));
 }
 
+TEST(Ops, OutputGateBackwardMatchesFiniteDifferences) {
+  const size_t n = 40;
+  const std::vector<float> o = lcplan::test::randn(n, 10), gate = lcplan::test::randn(n, 11, 2.0f);
+  const std::vector<float> dgo = lcplan::test::randn(n, 12);
+  std::vector<float> d_o(n), d_gate(n), go(n);
+  output_gate_bwd(dgo.data(), o.data(), gate.data(), d_o.data(), d_gate.data(), n);
+  // The forward rounds to bf16 (what is stored); differentiate the unrounded product.
+  auto by_o = [&](const float* in, float* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = math::output_gate_y(in[i], gate[i]);
+  };
+  auto by_gate = [&](const float* in, float* out) {
+    for (size_t i = 0; i < n; ++i) out[i] = math::output_gate_y(o[i], in[i]);
+  };
+  EXPECT_TRUE(check_close("d_o", d_o, numeric_grad(dgo, by_o, o), 2e-3, 2e-3));
+  EXPECT_TRUE(check_close("d_gate", d_gate, numeric_grad(dgo, by_gate, gate), 2e-3, 2e-3));
+  output_gate(o.data(), gate.data(), go.data(), n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(go[i], round_bf16(float(o[i] / (1.0 + std::exp(-double(gate[i])))))) << i;
+}
+
+TEST(Ops, EmbeddingRowsOfAVocabularyShard) {
+  const int64_t h = 3, V0 = 4, Vl = 4;  // this shard holds tokens 4..7
+  const std::vector<int64_t> tokens = {5, 1, 7, 5, 9};
+  std::vector<float> tf(size_t(Vl * h));
+  for (size_t i = 0; i < tf.size(); ++i) tf[i] = float(i + 1);
+  const std::vector<bf16> table = bf16_of(tf);
+  std::vector<float> out(tokens.size() * size_t(h), -1.0f);
+  embedding_rows(table.data(), tokens.data(), int64_t(tokens.size()), h, V0, Vl, out.data());
+  const std::vector<float> want = {4, 5, 6, 0, 0, 0, 10, 11, 12, 4, 5, 6, 0, 0, 0};
+  EXPECT_EQ(out, want);
+  std::vector<float> dy(out.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(i);
+  std::vector<float> g(size_t(Vl * h), 1.0f);
+  embedding_rows_bwd(tokens.data(), dy.data(), int64_t(tokens.size()), h, V0, Vl, g.data());
+  // token 5 (row 1) gets rows 0 and 3 of dy, token 7 (row 3) row 2; rows 0 and 2 of the shard stay untouched.
+  const std::vector<float> want_g = {1, 1, 1, 1 + 0 + 9, 1 + 1 + 10, 1 + 2 + 11, 1, 1, 1, 1 + 6, 1 + 7, 1 + 8};
+  EXPECT_EQ(g, want_g);
+}
+
 TEST(Ops, AdamFollowsThePaperWithBiasCorrection) {
   const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8;
   const std::vector<float> grads = {0.5f, -1.25f, 3.0f};
