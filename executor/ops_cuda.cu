@@ -6,7 +6,6 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe_kernels_cuda.h"
-#include "kernels/moe/moe_math.h"
 
 namespace lcplan::exec::cuda {
 
@@ -49,10 +48,6 @@ __device__ double row_sumsq(const float* x, int64_t h) {
 __global__ void round_kernel(float* x, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     x[i] = round_bf16(x[i]);
-}
-__global__ void to_bf16_kernel(const float* x, bf16* y, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    y[i] = float_to_bf16(x[i]);
 }
 __global__ void to_f32_kernel(const bf16* x, float* y, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
@@ -183,22 +178,6 @@ __global__ void embedding_rows_bwd_kernel(const int64_t* tokens, const float* dy
   }
 }
 
-__global__ void swiglu_fwd_kernel(const float* h1, float* act, int64_t rows, int64_t f) {
-  const size_t n = size_t(rows * f);
-  for (size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x; e < n; e += size_t(gridDim.x) * blockDim.x) {
-    const int64_t r = int64_t(e) / f, j = int64_t(e) % f;
-    act[e] = moe::swiglu(h1[r * 2 * f + j], h1[r * 2 * f + f + j]);
-  }
-}
-
-__global__ void swiglu_back_kernel(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f) {
-  const size_t n = size_t(rows * f);
-  for (size_t e = blockIdx.x * size_t(blockDim.x) + threadIdx.x; e < n; e += size_t(gridDim.x) * blockDim.x) {
-    const int64_t r = int64_t(e) / f, j = int64_t(e) % f;
-    moe::swiglu_bwd(h1[r * 2 * f + j], h1[r * 2 * f + f + j], dact[e], &dh1[r * 2 * f + j], &dh1[r * 2 * f + f + j]);
-  }
-}
-
 __global__ void adam_kernel(const float* g, float* m, float* v, float* master, bf16* p, size_t n,
                             math::AdamScalars a) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -217,6 +196,13 @@ void check_rows(const char* who, int64_t rows) {
                                 " rows exceed the grid's 2^31 - 1 blocks (one block per row)");
 }
 
+// A width the MoE kernels take as int.
+int checked_int(const char* who, int64_t f) {
+  if (f > int64_t(INT32_MAX))
+    throw std::invalid_argument(std::string(who) + ": width " + std::to_string(f) + " exceeds 2^31 - 1");
+  return int(f);
+}
+
 }  // namespace
 
 void round_bf16_inplace(float* x, size_t n, cudaStream_t stream) {
@@ -224,10 +210,9 @@ void round_bf16_inplace(float* x, size_t n, cudaStream_t stream) {
   round_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, n);
   check_launch();
 }
+// The MoE kernels' cast (round to nearest even, as float_to_bf16; lcplan::bf16 is layout-compatible with CUDA's).
 void to_bf16(const float* x, bf16* y, size_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  to_bf16_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, y, n);
-  check_launch();
+  moe::gpu::launch_cast(x, int64_t(n), reinterpret_cast<moe::gpu::bf16*>(y), stream);
 }
 void to_f32(const bf16* x, float* y, size_t n, cudaStream_t stream) {
   if (n == 0) return;
@@ -316,16 +301,13 @@ void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64
   check_launch();
 }
 
+// SwiGLU is the MoE kernels' (same [gate | up] layout, same moe_math.h element).
 void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f, cudaStream_t stream) {
-  if (rows == 0 || f == 0) return;
-  swiglu_fwd_kernel<<<elementwise_blocks(size_t(rows * f)), kThreads, 0, stream>>>(h1, act, rows, f);
-  check_launch();
+  moe::gpu::launch_swiglu(h1, rows, checked_int("swiglu_fwd", f), act, stream);
 }
 
 void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f, cudaStream_t stream) {
-  if (rows == 0 || f == 0) return;
-  swiglu_back_kernel<<<elementwise_blocks(size_t(rows * f)), kThreads, 0, stream>>>(h1, dact, dh1, rows, f);
-  check_launch();
+  moe::gpu::launch_swiglu_bwd(h1, dact, rows, checked_int("swiglu_back", f), dh1, stream);
 }
 
 void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, const math::AdamScalars& a,

@@ -1,7 +1,8 @@
-// The executor's small ops on CUDA (the GPU backend's building blocks): the same contracts as ops.h and the layers'
-// gated norm, on the per-element math of ops_math.h. Simple and correct rather than fast: one thread block per row
+// The executor's small ops on CUDA (the GPU backend's building blocks): the same contracts as ops.h,
+// on the per-element math of ops_math.h. Simple and correct rather than fast: one thread block per row
 // for the norms (fp64 tree reduction, so a row's result does not depend on the launch), one thread per element
-// elsewhere, one thread per column for weight gradients (rows summed in order: deterministic, no atomics).
+// elsewhere, one thread per column for weight gradients (rows summed in order: deterministic, no atomics). SwiGLU
+// and the bf16 cast are the MoE kernels' (kernels/moe/moe_kernels_cuda.h), reached through the same op names.
 //
 // Launchers follow DeepEP's shape: device pointers, explicit sizes, caller-owned workspace and cuBLAS handle, stream
 // last; every launch is checked. In-place calls (y == x, dx == dy) are allowed where ops.h allows them.
