@@ -341,7 +341,27 @@ Eigen::VectorXd solve(Problem& pr, const Calibration& start, int max_iter, int* 
     const double spread = std::sqrt(std::max(0.0, C(k, k)));
     if (!(spread < pr.spec.identified_ratio * pr.params[k].sigma)) pr.params[k].fixed = any = true;
   }
-  if (any) theta = lm(pr, theta, max_iter, nullptr);
+  if (!any) return theta;
+  const Eigen::VectorXd free_theta = theta;
+  theta = lm(pr, theta, max_iter, nullptr);
+  // Flat at the optimum is not always uninformed: a time past a floor (launches) stops depending on an efficiency
+  // above some value, yet the data reject a prior below it. A fixed parameter whose move, alone, from its prior to
+  // its free value lowers the objective by more than the 95% likelihood-ratio bound for one parameter (chi-square
+  // 3.84; objective = sum of squared normalized residuals) is one-sidedly identified: it is freed and refitted.
+  constexpr double kLikelihoodRatio95 = 3.84;
+  const Eigen::VectorXd held_theta = theta;
+  const double held = pr.residuals(held_theta).squaredNorm();
+  bool freed = false;
+  for (size_t k = 0; k < pr.params.size(); ++k) {
+    if (!pr.params[k].fixed) continue;
+    Eigen::VectorXd moved = held_theta;
+    moved[k] = free_theta[k];
+    pr.params[k].fixed = false;
+    const double d = held - pr.residuals(moved).squaredNorm();
+    pr.params[k].fixed = !(d > kLikelihoodRatio95);
+    if (!pr.params[k].fixed) theta[k] = free_theta[k], freed = true;  // the refit starts where the data put it
+  }
+  if (freed) theta = lm(pr, theta, max_iter, nullptr);
   return theta;
 }
 

@@ -31,6 +31,7 @@ struct FitSpec {
   double model_error = 0.1;                     // expected relative error of a prediction (weights data vs priors)
   double hardware_log_sigma = 0.25;             // prior width of a hardware override around the base value
   double identified_ratio = 0.9;                // posterior / prior spread above which a coefficient is unidentified
+                                                // (unless the data reject its prior: calibrate_fit.cpp solve)
 };
 nlohmann::json fit_spec_to_json(const FitSpec& s);
 FitSpec fit_spec_from_json(const nlohmann::json& j);  // throws UserError naming the field

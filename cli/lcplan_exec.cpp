@@ -21,6 +21,7 @@
 #include "executor/executor.h"
 #include "executor/record.h"
 #include "executor/scale.h"
+#include "executor/tracking_allocator.h"
 #include "kernels/comm/comm.h"
 #include "models/zoo.h"
 
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  lcplan::exec::retain_freed_host_memory();  // steps reuse heap pages (executor/tracking_allocator.h)
   lcplan::comm::Watchdog wd;
   MPI_Comm_dup(MPI_COMM_WORLD, &wd.notices);
   MPI_Comm_set_errhandler(wd.notices, MPI_ERRORS_RETURN);

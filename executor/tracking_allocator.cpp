@@ -1,7 +1,12 @@
 #include "executor/tracking_allocator.h"
 
 #include <algorithm>
+#include <climits>
 #include <stdexcept>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace lcplan::exec {
 
@@ -87,6 +92,16 @@ std::pair<Phase, Snapshot> Tracker::overall_peak() const {
   for (int p = 1; p < kPhases; ++p)
     if (peaks_[p].at_peak.total() > peaks_[best].at_peak.total()) best = p;
   return {static_cast<Phase>(best), peaks_[best].at_peak};
+}
+
+void retain_freed_host_memory() {
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+  // Serve every size from the heap (no per-allocation mmap), else up to 32 MiB (older glibc's largest threshold on
+  // 64-bit, man mallopt), and never trim the heap's top back to the kernel. A fixed trim threshold alone would also
+  // freeze the mmap threshold at its 128 KiB default (slower than glibc's dynamic one), so it follows a success only.
+  if (mallopt(M_MMAP_THRESHOLD, INT_MAX) == 0 && mallopt(M_MMAP_THRESHOLD, 32 << 20) == 0) return;
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
 }
 
 }  // namespace lcplan::exec

@@ -1,6 +1,7 @@
 // The regularized fit: it recovers a coefficient from synthetic measurements, keeps coefficients the data cannot
-// identify at their priors (and says so), shrinks hardware overrides toward the shared value, refuses bad specs,
-// and leave-one-group-out validation predicts a group it never saw.
+// identify at their priors (and says so) but not a prior the data reject at a flat optimum, shrinks hardware
+// overrides toward the shared value, refuses bad specs, and leave-one-group-out validation predicts a group it
+// never saw.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,6 +98,37 @@ TEST_F(Fixture, RefusesBadSpecs) {
   opt.spec.keys = {"time.kernels_per_layer"};  // a structural count, not fittable
   EXPECT_THROW(fit_calibration(cs, priors, priors, opt), UserError);
   EXPECT_THROW(fit_spec_from_json({{"keys", {"a"}}, {"bogus", 1}}), UserError);
+}
+
+// One-sided identification: with a launch floor under every expert step, the step time stops depending on the
+// grouped-GEMM efficiency above some value, so the fit is flat at its optimum; but the data reject a prior far below
+// that value, so the coefficient is freed from it (likelihood ratio) rather than kept there.
+TEST_F(Fixture, AFlatOptimumDoesNotKeepAPriorTheDataReject) {
+  Calibration truth = priors;
+  truth.launch_seconds = 3e-4;  // launches dominate the expert steps
+  truth.grouped_gemm_efficiency = 0.7;
+  nlohmann::json runs = nlohmann::json::array();
+  for (int seq : {8192, 16384}) runs.push_back(run("m" + std::to_string(seq), "qwen3-30b-a3b", seq, "h100-sxm-80gb"));
+  const auto cs = synthetic(runs, truth);
+  // The floor holds at the truth: a faster grouped GEMM changes the prediction by under 0.1%.
+  Calibration faster = truth;
+  faster.grouped_gemm_efficiency = 0.8;
+  for (const MeasuredCase& c : cs)
+    ASSERT_NEAR(predict(c, Quantity::TflopsPerGpu, faster) / predict(c, Quantity::TflopsPerGpu, truth), 1, 1e-3) << c.meas.id;
+  // The fit starts at the truth, where the data are flat, under a prior the data reject (the expert GEMMs then
+  // outlast the floor), and takes no step: its optimum is flat.
+  Calibration prior = truth;
+  prior.grouped_gemm_efficiency = 0.06;
+  FitOptions opt;
+  opt.spec.keys = {"time.grouped_gemm_efficiency"};
+  opt.spec.huber_delta = 0;
+  opt.spec.model_error = 0.01;
+  opt.max_iterations = 0;
+  const FitResult r = fit_calibration(cs, truth, prior, opt);
+  ASSERT_EQ(r.coefficients.size(), 1u);
+  EXPECT_TRUE(r.coefficients[0].identified);
+  EXPECT_GT(r.calibration.grouped_gemm_efficiency, 0.1);
+  EXPECT_LT(r.mape, 0.02) << fit_report(r);
 }
 
 // Leave one model out on data a single profile generated: the group left out is still predicted exactly, because

@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "executor/tracking_allocator.h"
+
 namespace {
 
 class FailuresOnly : public ::testing::EmptyTestEventListener {
@@ -21,6 +23,7 @@ class FailuresOnly : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  lcplan::exec::retain_freed_host_memory();  // the heap lcplan-exec runs with (executor/tracking_allocator.h)
   ::testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
