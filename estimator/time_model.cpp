@@ -99,9 +99,13 @@ struct LayerCost {
   double recompute = 0;  // extra forward compute of a recomputed layer
   double tp = 0, cp = 0, ep = 0;  // exposed communication
   double launch = 0;     // launch-floor excess
-  double forward = 0, backward = 0;  // compute of forward / backward alone (for DP/FSDP overlap)
+  double forward = 0, backward = 0;  // compute of forward / backward alone (the EP overlap cap)
   // total() by the executor's phases: forward, loss (LM head and loss), backward (recompute included).
   double in_forward = 0, in_loss = 0, in_backward = 0;
+  // Each pass's own span with the cross-microbatch EP overlap undone: what DP collectives and offload copies hide
+  // under. in_forward / in_backward move time between passes as another microbatch's compute hides all-to-alls,
+  // so a faster kernel can lengthen one of them; these only shrink.
+  double span_forward = 0, span_backward = 0;
   void add(const LayerCost& o, double times = 1) {
     compute += times * o.compute;
     recompute += times * o.recompute;
@@ -114,6 +118,8 @@ struct LayerCost {
     in_forward += times * o.in_forward;
     in_loss += times * o.in_loss;
     in_backward += times * o.in_backward;
+    span_forward += times * o.span_forward;
+    span_backward += times * o.span_backward;
   }
   double total() const { return compute + recompute + tp + cp + ep + launch; }
 };
@@ -306,9 +312,13 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     }
   }
 
-  // Launch floor: a layer cannot run faster than its kernels can be launched.
+  // Launch floor: a layer cannot run faster than its kernels can be launched. The host launches ahead while the
+  // GPU waits on an exposed collective or runs slowed by a hidden one, so the floor bounds the whole GPU span of
+  // the layer's non-MoE part, not its compute alone (else a faster kernel could lengthen the step).
   const double floor_fwd = cal.kernels_per_layer * cal.launch_seconds;
-  const double launch_fwd = std::max(0.0, floor_fwd - fwd), launch_bwd = std::max(0.0, 2 * floor_fwd - bwd);
+  const double span_fwd = fwd + tp_exposed + cp_exposed_fwd + cal.interference * (tp_hidden / 2 + cp_hidden_forward);
+  const double span_bwd = bwd + tp_exposed + cp_exposed_bwd + cal.interference * (tp_hidden / 2 + cp_hidden - cp_hidden_forward);
+  const double launch_fwd = std::max(0.0, floor_fwd - span_fwd), launch_bwd = std::max(0.0, 2 * floor_fwd - span_bwd);
   const double interference = cal.interference * (tp_hidden + cp_hidden);
 
   const bool moe_layer = kind.spec.ffn == FfnKind::MoE;
@@ -340,8 +350,9 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
                   launch_bwd + (moe_layer ? moe.launch_backward : 0) +
                   cal.interference * (tp_hidden / 2 + (cp_hidden - cp_hidden_forward) + (1 - ep_fwd_share) * ep_hidden);
   if (recomputed) {
-    // Full recompute replays the forward, its collectives and its all-to-alls (x2 EP traffic).
-    k.recompute = k.forward;
+    // Full recompute replays the forward, its collectives and its all-to-alls (x2 EP traffic), and the hidden
+    // collectives slow the replayed kernels as they slowed the forward's (the launch floor bounds the same span).
+    k.recompute = k.forward + cal.interference * (tp_hidden / 2 + cp_hidden_forward);
     k.tp += tp_exposed;
     k.cp += cp_exposed_fwd;
     k.ep += moe_layer ? moe.exposed_comm_forward : 0;  // the replayed forward is not paired with another microbatch
@@ -353,6 +364,8 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     k.recompute = core_fwd;  // selective recompute replays core attention (Korthikanti et al. 2022)
     k.in_backward += k.recompute;
   }
+  k.span_forward = k.in_forward + (1 - cal.interference) * ep_fwd_share * ep_hidden;
+  k.span_backward = k.in_backward + (1 - cal.interference) * (1 - ep_fwd_share) * ep_hidden;
   return k;
 }
 
@@ -413,7 +426,9 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
       c.backward += 2 * eh_proj;
       c.in_forward += eh_proj;
       c.in_backward += 2 * eh_proj;
-      if (r.recomputed) c.recompute += eh_proj, c.in_backward += eh_proj;
+      c.span_forward += eh_proj;
+      c.span_backward += 2 * eh_proj;
+      if (r.recomputed) c.recompute += eh_proj, c.in_backward += eh_proj, c.span_backward += eh_proj;
       c.add(loss);
     }
     stage[r.stage].add(c);
@@ -448,66 +463,104 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   // Bubble (p-1)/(m*v) of the m microbatches' time (Narayanan et al. 2021, arXiv 2104.04473, section 2.2).
   br.bubble = double(q.pp - 1) / q.vpp * t_microbatch;
 
-  // DP / FSDP: gradient reduce-scatter (or all-reduce) and parameter all-gather of the clock stage's parameters,
-  // overlapped with compute.
-  const double dense = d.stages[clock].params.dense, expert = d.stages[clock].params.expert;
+  // After the pipeline: DP / FSDP collectives, the optimizer step and activation offload, per stage. Every stage
+  // lives through the clock's microbatch slots, so what it does not spend on its own passes it idles, and its
+  // collectives and copies use that first (for free: no compute to slow), then its passes' overlappable share
+  // (slowed by interference). The step ends when the stage with the
+  // most left over is done: the largest per-stage sum (not the clock stage's own, which would jump when a faster
+  // kernel moves the clock to a stage with other parameters, and would let a faster non-clock stage lose its idle).
   const double grad_bytes = cal.main_grad_bytes;
   const auto reduce = p.optimizer_sharding == OptimizerSharding::None ? Collective::AllReduce : Collective::ReduceScatter;
-  const double grad_sync = rate.collective(reduce, dense * grad_bytes, d.dp_cp) +
-                           rate.collective(reduce, expert * grad_bytes, d.edp_group);
-  const double param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
-                              rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
-  double dp_exposed = 0, dp_hidden = 0;
+  const double host_bw = hw.host_bandwidth * cal.host_link_efficiency;
+  std::vector<double> saved(q.pp, 0.0);
+  for (const LayerRecord& r : d.layers)
+    if (!r.mtp) saved[r.stage] += (r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept).saved;
+  struct After {
+    double dp_exposed = 0, hidden_fwd = 0, hidden_bwd = 0;  // hidden under compute (slowed by interference)
+    double optimizer = 0, offload = 0;
+    double fsdp_fwd_share = 0;  // FSDP: the forward's share of the collectives (one gather of two, and no reduce)
+    double total(double interference) const {
+      return dp_exposed + interference * (hidden_fwd + hidden_bwd) + optimizer + offload;
+    }
+  };
+  After after;
+  for (int r = 0; r < q.pp; ++r) {
+    const LayerCost& sc = stage[r];
+    const double dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
+    const double grad_sync = rate.collective(reduce, dense * grad_bytes, d.dp_cp) +
+                             rate.collective(reduce, expert * grad_bytes, d.edp_group);
+    const double param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
+                                rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
+    // The passes' spans with their all-to-alls (LayerCost::span_forward), and the stage's idle per clock slot.
+    const double span_fwd = sc.span_forward, span_bwd = sc.in_loss + sc.span_backward;
+    const double idle = std::max(0.0, c.total() - sc.total());
+    After a;
+    double hidden_total = 0;  // under compute and idle alike (what an offload copy cannot use again)
+    if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
+      // FSDP (ZeRO-3): every microbatch gathers parameters for forward and again for backward (reshard after
+      // forward) and reduce-scatters gradients, prefetched under that microbatch's span; by phase in proportion to
+      // the collectives each pass issues (one gather forward, a gather and the reduce backward).
+      const double comm = 2 * param_gather + grad_sync;
+      const double under_idle = std::min(comm, idle);
+      const double under_compute = std::min(comm - under_idle, cal.dp_overlap * (span_fwd + span_bwd));
+      const double hidden = under_idle + under_compute;
+      a.dp_exposed = mb * (comm - hidden);
+      a.fsdp_fwd_share = comm > 0 ? param_gather / comm : 0;
+      a.hidden_fwd = mb * a.fsdp_fwd_share * under_compute;
+      a.hidden_bwd = mb * (1 - a.fsdp_fwd_share) * under_compute;
+      hidden_total = mb * hidden;
+    } else {
+      // Megatron overlaps the grad reduce with the last microbatch's backward and the distributed optimizer's
+      // parameter all-gather with the first microbatch's forward (--overlap-grad-reduce / --overlap-param-gather).
+      const double gather = p.optimizer_sharding == OptimizerSharding::DistOpt ? param_gather : 0;
+      const double o = cal.dist_opt_overlap * cal.dp_overlap;
+      const double bwd_idle = std::min(grad_sync, cal.dist_opt_overlap * idle);
+      const double fwd_idle = std::min(gather, cal.dist_opt_overlap * idle);
+      const double bwd = std::min(grad_sync - bwd_idle, o * span_bwd), fwd = std::min(gather - fwd_idle, o * span_fwd);
+      const double bwd_all = bwd_idle + bwd, fwd_all = fwd_idle + fwd;
+      a.dp_exposed = (grad_sync - bwd_all) + (gather - fwd_all);
+      a.hidden_fwd = fwd;
+      a.hidden_bwd = bwd;
+      hidden_total = bwd_all + fwd_all;
+    }
+    // Optimizer step: memory-bound Adam over this rank's optimizer shard.
+    const double shard = p.optimizer_sharding == OptimizerSharding::None
+                             ? dense + expert
+                             : dense / std::max(1, d.dp_cp.size) + expert / std::max(1, d.edp_group.size);
+    if (p.offload.optimizer) {
+      // Offloaded Adam (ZeRO-Offload, arXiv 2101.06840): fp32 gradients down, bf16 parameters up the host link,
+      // the update on the CPU; neither overlaps the step's compute.
+      a.optimizer = shard * (cal.main_grad_bytes + kBf16) / host_bw + shard / cal.cpu_adam_params_per_second;
+    } else {
+      a.optimizer = rate.memory_bound(cal.optimizer_bytes_per_param * shard);
+    }
+    if (p.offload.activations) {
+      // Saved activations go to the host after each layer's forward and come back for its backward; the copy
+      // engines run beside the microbatches' spans and idle, so only what exceeds that is exposed. The cover is
+      // what the DP / FSDP collectives left: two streams hiding under the same time would otherwise each claim all
+      // of it, and a faster kernel would expose both at once.
+      const double copy = 2 * saved[r] / host_bw;
+      const double cover = std::max(0.0, mb * (cal.dp_overlap * (span_fwd + span_bwd) + idle) - hidden_total);
+      a.offload = std::max(0.0, mb * copy - cover);
+    }
+    if (r == 0 || a.total(cal.interference) > after.total(cal.interference)) after = a;
+  }
   PhaseSeconds& ph = out.phases;
+  const double dp_hidden = after.hidden_fwd + after.hidden_bwd;
   if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
-    // FSDP (ZeRO-3): every microbatch gathers parameters for forward and again for backward (reshard after
-    // forward) and reduce-scatters gradients, prefetched under that microbatch's compute.
-    const double comm = 2 * param_gather + grad_sync;
-    const double cover = cal.dp_overlap * (c.forward + c.backward + c.recompute);
-    dp_exposed = mb * std::max(0.0, comm - cover);
-    dp_hidden = mb * std::min(comm, cover);
-    // By phase in proportion to the collectives each pass issues: one gather forward, a gather and the reduce backward.
-    const double fwd_share = comm > 0 ? param_gather / comm : 0;
-    ph.forward += fwd_share * (dp_exposed + cal.interference * dp_hidden);
-    ph.backward += (1 - fwd_share) * (dp_exposed + cal.interference * dp_hidden);
+    ph.forward += after.fsdp_fwd_share * after.dp_exposed + cal.interference * after.hidden_fwd;
+    ph.backward += (1 - after.fsdp_fwd_share) * after.dp_exposed + cal.interference * after.hidden_bwd;
   } else {
-    // Megatron overlaps the grad reduce with the last microbatch's backward and the distributed optimizer's
-    // parameter all-gather with the first microbatch's forward (--overlap-grad-reduce / --overlap-param-gather).
-    const double gather = p.optimizer_sharding == OptimizerSharding::DistOpt ? param_gather : 0;
-    const double cover_bwd = cal.dist_opt_overlap * cal.dp_overlap * c.backward;
-    const double cover_fwd = cal.dist_opt_overlap * cal.dp_overlap * c.forward;
-    dp_exposed = std::max(0.0, grad_sync - cover_bwd) + std::max(0.0, gather - cover_fwd);
-    dp_hidden = std::min(grad_sync, cover_bwd) + std::min(gather, cover_fwd);
     // What is not hidden runs between the last backward and the next forward, beside the optimizer step (the
     // executor's optimizer phase reduces gradients first and gathers parameters last).
-    ph.optimizer += dp_exposed;
-    ph.backward += cal.interference * std::min(grad_sync, cover_bwd);
-    ph.forward += cal.interference * std::min(gather, cover_fwd);
+    ph.optimizer += after.dp_exposed;
+    ph.backward += cal.interference * after.hidden_bwd;
+    ph.forward += cal.interference * after.hidden_fwd;
   }
-  br.exposed_comm.dp_fsdp = dp_exposed;
+  br.exposed_comm.dp_fsdp = after.dp_exposed;
   br.compute += cal.interference * dp_hidden;
-
-  // Optimizer step: memory-bound Adam over this rank's optimizer shard.
-  const double shard = p.optimizer_sharding == OptimizerSharding::None
-                           ? dense + expert
-                           : dense / std::max(1, d.dp_cp.size) + expert / std::max(1, d.edp_group.size);
-  if (p.offload.optimizer) {
-    // Offloaded Adam (ZeRO-Offload, arXiv 2101.06840): fp32 gradients down, bf16 parameters up the host link,
-    // the update on the CPU; neither overlaps the step's compute.
-    const double host_bw = hw.host_bandwidth * cal.host_link_efficiency;
-    br.optimizer = shard * (cal.main_grad_bytes + kBf16) / host_bw + shard / cal.cpu_adam_params_per_second;
-  } else {
-    br.optimizer = rate.memory_bound(cal.optimizer_bytes_per_param * shard);
-  }
-  if (p.offload.activations) {
-    // Saved activations go to the host after each layer's forward and come back for its backward; the copy engines
-    // run beside compute, so only what exceeds the overlappable share of the stage's compute is exposed.
-    double saved = 0;
-    for (const LayerRecord& r : d.layers)
-      if (r.stage == clock && !r.mtp) saved += (r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept).saved;
-    const double copy = 2 * saved / (hw.host_bandwidth * cal.host_link_efficiency);
-    br.offload = mb * std::max(0.0, copy - cal.dp_overlap * (c.forward + c.backward + c.recompute));
-  }
+  br.optimizer = after.optimizer;
+  br.offload = after.offload;
 
   br.step_overhead = cal.step_overhead_seconds;
   out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +

@@ -18,6 +18,7 @@
 #include "estimator/estimate.h"
 #include "estimator/flops.h"
 #include "estimator/plan_rules.h"
+#include "estimator/time_model.h"
 #include "common/data_dir.h"
 #include "models/zoo.h"
 #include "search/search.h"
@@ -360,6 +361,50 @@ Verdict flops_per_token_layout_free(const Ctx& c, const Plan& p) {
   return held();
 }
 
+// A faster kernel, link or host never predicts a slower step: each coefficient below moved towards speed (an
+// efficiency or overlap half-way to its bound, a ratio or rate x1.5, a cost or half-size / 1.5) must not raise the
+// step time. One coefficient per plan, picked by the plan's hash, keeps the test's run time (every coefficient still
+// meets thousands of plans per model).
+Verdict faster_coefficient_never_slows_step(const Ctx& c, const Plan& p) {
+  struct Speed {
+    double Calibration::*member;
+    int direction;  // +1: larger is faster; -1: smaller is faster
+  };
+  static const Speed speeds[] = {
+      {&Calibration::gemm_efficiency, 1},         {&Calibration::grouped_gemm_efficiency, 1},
+      {&Calibration::attention_efficiency, 1},    {&Calibration::linear_attention_efficiency, 1},
+      {&Calibration::fp8_gemm_ratio, 1},          {&Calibration::fp8_grouped_gemm_ratio, 1},
+      {&Calibration::hbm_efficiency, 1},          {&Calibration::nvlink_efficiency, 1},
+      {&Calibration::network_efficiency, 1},      {&Calibration::a2a_nvlink_efficiency, 1},
+      {&Calibration::a2a_network_efficiency, 1},  {&Calibration::tp_overlap, 1},
+      {&Calibration::ep_overlap, 1},              {&Calibration::dp_overlap, 1},
+      {&Calibration::host_link_efficiency, 1},    {&Calibration::cpu_adam_params_per_second, 1},
+      {&Calibration::gemm_half_tokens, -1},       {&Calibration::grouped_gemm_half_tokens, -1},
+      {&Calibration::attention_half_seq, -1},     {&Calibration::launch_seconds, -1},
+      {&Calibration::step_overhead_seconds, -1},  {&Calibration::nvlink_latency, -1},
+      {&Calibration::network_latency, -1},        {&Calibration::a2a_latency, -1},
+      {&Calibration::moe_sync_seconds, -1},       {&Calibration::interference, -1},
+      {&Calibration::linear_ce_slowdown, -1},     {&Calibration::elementwise_passes, -1},
+      {&Calibration::moe_permute_passes, -1},     {&Calibration::optimizer_bytes_per_param, -1},
+  };
+  const Calibration& cal = cal_of(c, p);
+  const Speed& sp = speeds[fnv1a(plan_to_json(p).dump()) % std::size(speeds)];
+  const CoefficientInfo* info = nullptr;
+  for (const auto& ci : coefficient_table())
+    if (ci.member == sp.member) info = &ci;
+  if (!info) return broken("a speed coefficient is missing from coefficient_table()");
+  const double v = cal.*sp.member;
+  double faster = sp.direction < 0 ? v / 1.5 : info->hi <= 2 ? v + (info->hi - v) / 2 : v * 1.5;
+  if (faster == v) return outside_domain();  // already at its bound (or zero)
+  Calibration q = cal;
+  q.*sp.member = faster;
+  const double before = estimate_time(c.m, p, c.hw, cal).step_seconds, after = estimate_time(c.m, p, c.hw, q).step_seconds;
+  if (!le(after, before))
+    return broken(std::string(info->key) + " " + std::to_string(v) + " -> " + std::to_string(faster) + " (" + p.implementation +
+                  ") raised the step time " + std::to_string(before) + " -> " + std::to_string(after) + " s");
+  return held();
+}
+
 const std::vector<Invariant>& invariants() {
   static const std::vector<Invariant> all = {
       {"estimate finite, non-negative and identical to the search path", finite_and_same_as_search},
@@ -370,6 +415,7 @@ const std::vector<Invariant>& invariants() {
       {"larger CP never raises a layer's per-GPU activations", cp_never_raises_layer_activations},
       {"doubling micro batch never lowers activation memory", micro_batch_never_lowers_activations},
       {"FLOPs per token independent of the parallel layout", flops_per_token_layout_free},
+      {"a faster kernel, link or host never slows the step", faster_coefficient_never_slows_step},
   };
   return all;
 }
