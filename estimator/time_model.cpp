@@ -472,9 +472,12 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   const double grad_bytes = cal.main_grad_bytes;
   const auto reduce = p.optimizer_sharding == OptimizerSharding::None ? Collective::AllReduce : Collective::ReduceScatter;
   const double host_bw = hw.host_bandwidth * cal.host_link_efficiency;
-  std::vector<double> saved(q.pp, 0.0);
-  for (const LayerRecord& r : d.layers)
-    if (!r.mtp) saved[r.stage] += (r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept).saved;
+  std::vector<double> saved;  // per stage, only with activation offload (the search estimates millions of plans)
+  if (p.offload.activations) {
+    saved.assign(q.pp, 0.0);
+    for (const LayerRecord& r : d.layers)
+      if (!r.mtp) saved[r.stage] += (r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept).saved;
+  }
   struct After {
     double dp_exposed = 0, hidden_fwd = 0, hidden_bwd = 0;  // hidden under compute (slowed by interference)
     double optimizer = 0, offload = 0;
@@ -484,13 +487,15 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
     }
   };
   After after;
+  double dense = -1, expert = -1, grad_sync = 0, param_gather = 0;  // the middle stages share their parameters
   for (int r = 0; r < q.pp; ++r) {
     const LayerCost& sc = stage[r];
-    const double dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
-    const double grad_sync = rate.collective(reduce, dense * grad_bytes, d.dp_cp) +
-                             rate.collective(reduce, expert * grad_bytes, d.edp_group);
-    const double param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
-                                rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
+    if (d.stages[r].params.dense != dense || d.stages[r].params.expert != expert) {
+      dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
+      grad_sync = rate.collective(reduce, dense * grad_bytes, d.dp_cp) + rate.collective(reduce, expert * grad_bytes, d.edp_group);
+      param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
+                     rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
+    }
     // The passes' spans with their all-to-alls (LayerCost::span_forward), and the stage's idle per clock slot.
     const double span_fwd = sc.span_forward, span_bwd = sc.in_loss + sc.span_backward;
     const double idle = std::max(0.0, c.total() - sc.total());
