@@ -466,9 +466,9 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   // After the pipeline: DP / FSDP collectives, the optimizer step and activation offload, per stage. Every stage
   // lives through the clock's microbatch slots, so what it does not spend on its own passes it idles, and its
   // collectives and copies use that first (for free: no compute to slow), then its passes' overlappable share
-  // (slowed by interference). The step ends when the stage with the
-  // most left over is done: the largest per-stage sum (not the clock stage's own, which would jump when a faster
-  // kernel moves the clock to a stage with other parameters, and would let a faster non-clock stage lose its idle).
+  // (slowed by interference). The step ends when the stage with the most left over is done: the largest per-stage
+  // sum (not the clock stage's own, which would jump when a faster kernel moves the clock to a stage with other
+  // parameters, and would let a faster non-clock stage lose its idle).
   const double grad_bytes = cal.main_grad_bytes;
   const auto reduce = p.optimizer_sharding == OptimizerSharding::None ? Collective::AllReduce : Collective::ReduceScatter;
   const double host_bw = hw.host_bandwidth * cal.host_link_efficiency;
