@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -362,8 +363,8 @@ Verdict flops_per_token_layout_free(const Ctx& c, const Plan& p) {
 }
 
 // A faster kernel, link or host never predicts a slower step: each coefficient below moved towards speed (an
-// efficiency or overlap half-way to its bound, a ratio or rate x1.5, a cost or half-size / 1.5) must not raise the
-// step time. One coefficient per plan, picked by the plan's hash, keeps the test's run time (every coefficient still
+// efficiency, overlap or precision ratio half-way to its bound, a rate x1.5, a cost or half-size / 1.5) must not raise
+// the step time. One coefficient per plan, picked by the plan's hash, keeps the test's run time (every coefficient still
 // meets thousands of plans per model).
 Verdict faster_coefficient_never_slows_step(const Ctx& c, const Plan& p) {
   struct Speed {
