@@ -316,8 +316,11 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   // GPU waits on an exposed collective or runs slowed by a hidden one, so the floor bounds the whole GPU span of
   // the layer's non-MoE part, not its compute alone (else a faster kernel could lengthen the step).
   const double floor_fwd = cal.kernels_per_layer * cal.launch_seconds;
-  const double span_fwd = fwd + tp_exposed + cp_exposed_fwd + cal.interference * (tp_hidden / 2 + cp_hidden_forward);
-  const double span_bwd = bwd + tp_exposed + cp_exposed_bwd + cal.interference * (tp_hidden / 2 + cp_hidden - cp_hidden_forward);
+  // Interference of the TP (the same collectives each way) and CP collectives each direction hides.
+  const double slowed_fwd = cal.interference * (tp_hidden / 2 + cp_hidden_forward);
+  const double slowed_bwd = cal.interference * (tp_hidden / 2 + cp_hidden - cp_hidden_forward);
+  const double span_fwd = fwd + tp_exposed + cp_exposed_fwd + slowed_fwd;
+  const double span_bwd = bwd + tp_exposed + cp_exposed_bwd + slowed_bwd;
   const double launch_fwd = std::max(0.0, floor_fwd - span_fwd), launch_bwd = std::max(0.0, 2 * floor_fwd - span_bwd);
   const double interference = cal.interference * (tp_hidden + cp_hidden);
 
@@ -339,20 +342,18 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   k.ep = ep_exposed - ep_hidden;
   k.compute += cal.interference * ep_hidden;
   k.launch = launch_fwd + launch_bwd + (moe_layer ? moe.launch_forward + moe.launch_backward : 0);
-  // By phase: each direction's own compute, exposed collectives and launch floor; interference of TP (the same
-  // collectives each way), CP and EP overlap in proportion to what each direction overlapped.
+  // By phase: each direction's non-MoE span and launch floor, its MoE compute, exposed all-to-alls and launch floor,
+  // and the EP overlap's interference in proportion to what each direction overlapped.
   const double ep_fwd_share = ep_exposed > 0 ? (moe_layer ? moe.exposed_comm_forward : 0) / ep_exposed : 0.5;
   const double ep_kept = ep_exposed > 0 ? 1 - ep_hidden / ep_exposed : 1;
-  k.in_forward = k.forward + tp_exposed + cp_exposed_fwd + (moe_layer ? moe.exposed_comm_forward : 0) * ep_kept +
-                 launch_fwd + (moe_layer ? moe.launch_forward : 0) +
-                 cal.interference * (tp_hidden / 2 + cp_hidden_forward + ep_fwd_share * ep_hidden);
-  k.in_backward = k.backward + tp_exposed + cp_exposed_bwd + (moe_layer ? moe.exposed_comm_backward : 0) * ep_kept +
-                  launch_bwd + (moe_layer ? moe.launch_backward : 0) +
-                  cal.interference * (tp_hidden / 2 + (cp_hidden - cp_hidden_forward) + (1 - ep_fwd_share) * ep_hidden);
+  k.in_forward = span_fwd + launch_fwd + moe_fwd + (moe_layer ? moe.exposed_comm_forward * ep_kept + moe.launch_forward : 0) +
+                 cal.interference * ep_fwd_share * ep_hidden;
+  k.in_backward = span_bwd + launch_bwd + moe_bwd + (moe_layer ? moe.exposed_comm_backward * ep_kept + moe.launch_backward : 0) +
+                  cal.interference * (1 - ep_fwd_share) * ep_hidden;
   if (recomputed) {
     // Full recompute replays the forward, its collectives and its all-to-alls (x2 EP traffic), and the hidden
     // collectives slow the replayed kernels as they slowed the forward's (the launch floor bounds the same span).
-    k.recompute = k.forward + cal.interference * (tp_hidden / 2 + cp_hidden_forward);
+    k.recompute = k.forward + slowed_fwd;
     k.tp += tp_exposed;
     k.cp += cp_exposed_fwd;
     k.ep += moe_layer ? moe.exposed_comm_forward : 0;  // the replayed forward is not paired with another microbatch
