@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <unordered_map>
 #include <utility>
 
 namespace lcplan::profiler {
@@ -115,6 +116,60 @@ OverlapSummary overlap_summary(const std::vector<Interval>& compute, const std::
   all.insert(all.end(), comm.begin(), comm.end());
   s.makespan = span(all);
   return s;
+}
+
+TagTime TaggedTime::of(uint64_t tag) const {
+  for (const TagTime& t : tags)
+    if (t.tag == tag) return t;
+  TagTime none;
+  none.tag = tag;
+  return none;
+}
+
+TaggedTime time_by_tag(const std::vector<ActivityBuffer>& buffers) {
+  TaggedTime out;
+  // correlation id -> tag; a second, different tag for the same id marks it conflicting (kConflict).
+  constexpr uint64_t kConflict = std::numeric_limits<uint64_t>::max();
+  std::unordered_map<uint32_t, uint64_t> tag_of;
+  for (const ActivityBuffer& b : buffers) {
+    out.dropped += b.dropped;
+    for (const TagRecord& t : b.tags) {
+      auto [it, fresh] = tag_of.emplace(t.correlation, t.tag);
+      if (!fresh && it->second != t.tag) it->second = kConflict;
+    }
+  }
+  // One wrap-safe axis for every record: signed offsets from the first record's start (as build_trace).
+  const ActivityRecord* first = nullptr;
+  for (const ActivityBuffer& b : buffers)
+    if (!first && !b.records.empty()) first = &b.records.front();
+  if (!first) return out;
+  const uint64_t ref = first->start;
+  std::map<uint64_t, std::pair<TagTime, std::vector<Interval>>> by_tag;
+  for (const ActivityBuffer& b : buffers)
+    for (const ActivityRecord& r : b.records) {
+      const int64_t s = static_cast<int64_t>(r.start - ref), e = static_cast<int64_t>(r.end - ref);
+      if (e < s || (r.start == 0 && r.end == 0)) continue;  // untimed (build_trace's `invalid`)
+      const auto it = r.correlation ? tag_of.find(r.correlation) : tag_of.end();
+      if (it == tag_of.end()) {
+        ++out.untagged;
+        continue;
+      }
+      if (it->second == kConflict) {
+        ++out.conflicting;
+        continue;
+      }
+      auto& [time, intervals] = by_tag[it->second];
+      time.tag = it->second;
+      ++time.records;
+      const double seconds = double(e - s) * 1e-9;
+      if (r.kind == ActivityKind::Kernel) time.kernel_seconds += seconds;
+      intervals.push_back({double(s) * 1e-9, double(e) * 1e-9});
+    }
+  for (auto& [tag, entry] : by_tag) {
+    entry.first.busy_seconds = busy(entry.second);
+    out.tags.push_back(entry.first);
+  }
+  return out;
 }
 
 }  // namespace lcplan::profiler

@@ -10,6 +10,11 @@
 //  - a record whose end lies before its start (CUPTI leaves start = end = 0 when it could not time an activity)
 //    is counted in `invalid` and left out;
 //  - dropped records are summed: a trace with drops under-counts busy time, and complete() says so.
+//
+// Tags attribute device time to regions of the host program (the executor's phases): the tracer pushes a tag
+// (cuptiActivityPushExternalCorrelationId) around a region, CUPTI writes one EXTERNAL_CORRELATION record per API
+// call made inside it (the call's correlation id and the tag), and every kernel, copy or memset carries the
+// correlation id of the call that launched it. time_by_tag() joins the two.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +35,20 @@ struct ActivityRecord {
   uint64_t end = 0;
   uint64_t bytes = 0;       // memcpy / memset size
   std::string name;         // kernel name (empty for copies)
+  uint32_t correlation = 0; // correlation id of the API call that launched it (0: none)
+};
+
+// CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: the API call `correlation` was made while `tag` was pushed.
+struct TagRecord {
+  uint32_t correlation = 0;
+  uint64_t tag = 0;
 };
 
 // One buffer as CUPTI completed it.
 struct ActivityBuffer {
   std::vector<ActivityRecord> records;
   uint64_t dropped = 0;     // records CUPTI could not store while this buffer was being filled
+  std::vector<TagRecord> tags;
 };
 
 // Half-open [start, end) in seconds from the trace origin.
@@ -84,5 +97,23 @@ struct OverlapSummary {
   double overlap() const { return comm_busy > 0 ? both / comm_busy : 0; }
 };
 OverlapSummary overlap_summary(const std::vector<Interval>& compute, const std::vector<Interval>& comm);
+
+// Device time of one tag's activities.
+struct TagTime {
+  uint64_t tag = 0;
+  uint64_t records = 0;       // activities launched under the tag (invalid ones left out, as in build_trace)
+  double kernel_seconds = 0;  // sum of its kernels' durations (concurrent kernels each counted)
+  double busy_seconds = 0;    // union of all its activities' intervals over every stream: the device busy with it
+};
+struct TaggedTime {
+  std::vector<TagTime> tags;  // sorted by tag, only tags that launched something
+  uint64_t untagged = 0;      // valid activities whose launch had no tag (work outside every tagged region)
+  uint64_t conflicting = 0;   // activities whose correlation id carries two different tags (left out)
+  uint64_t dropped = 0;       // records CUPTI dropped: the times under-count when non-zero
+  // The entry of `tag`, or a zero entry with that tag.
+  TagTime of(uint64_t tag) const;
+};
+// Joins activities to tags by correlation id (wrap-safe durations, as build_trace).
+TaggedTime time_by_tag(const std::vector<ActivityBuffer>& buffers);
 
 }  // namespace lcplan::profiler

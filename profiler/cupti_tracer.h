@@ -16,11 +16,16 @@
 
 namespace lcplan::profiler {
 
+// Tags::On also records which tag (push_tag) each launch was made under (activity.h time_by_tag): CUPTI then
+// traces every runtime and driver API call, which costs host time per launch, so profiling leaves it off.
+enum class Tags { Off, On };
+
 class CuptiTracer {
  public:
-  // Registers the buffer callbacks and enables CONCURRENT_KERNEL, MEMCPY and MEMSET activity for this process.
-  // Throws std::runtime_error when another tracer is live or a CUPTI call fails.
-  explicit CuptiTracer(size_t buffer_bytes = size_t(8) << 20);
+  // Registers the buffer callbacks and enables CONCURRENT_KERNEL, MEMCPY and MEMSET activity for this process
+  // (with Tags::On also EXTERNAL_CORRELATION, RUNTIME and DRIVER). Throws std::runtime_error when another tracer is
+  // live or a CUPTI call fails.
+  explicit CuptiTracer(size_t buffer_bytes = size_t(8) << 20, Tags tags = Tags::Off);
   // Flushes, disables the activity kinds and releases the process-wide slot (failures are logged, not thrown).
   ~CuptiTracer();
   CuptiTracer(const CuptiTracer&) = delete;
@@ -31,6 +36,10 @@ class CuptiTracer {
   std::vector<ActivityBuffer> take();
   // CUPTI's id of a stream (what ActivityRecord::stream holds for work on it).
   uint32_t stream_id(cudaStream_t s) const;
+  // Launches this thread makes until the matching pop_tag() are attributed to `tag` (a stack: the innermost tag
+  // wins). Throws std::logic_error without Tags::On, and std::runtime_error when CUPTI refuses (pop of an empty stack).
+  void push_tag(uint64_t tag);
+  void pop_tag();
 
  private:
   static void CUPTIAPI on_request(uint8_t** buffer, size_t* size, size_t* max_records);
@@ -45,6 +54,7 @@ class CuptiTracer {
   static std::atomic<CuptiTracer*> live_;
 
   size_t buffer_bytes_;
+  std::vector<CUpti_ActivityKind> kinds_;  // enabled by the constructor, disabled by the destructor
   std::mutex mu_;
   std::vector<ActivityBuffer> done_;  // guarded by mu_ (CUPTI calls on_complete from its own thread)
   std::string error_;                 // first failure inside a callback (callbacks must not throw into CUPTI)

@@ -39,7 +39,7 @@ std::vector<ActivityBuffer> records(int n) {
   ActivityBuffer b;
   uint64_t t = 1000;
   for (int i = 0; i < n; ++i) {
-    b.records.push_back({ActivityKind::Kernel, 0, uint32_t(i % 2 ? 7 : 13), t, t + 5000, 0, "kernel"});
+    b.records.push_back({ActivityKind::Kernel, 0, uint32_t(i % 2 ? 7 : 13), t, t + 5000, 0, "kernel", 0});
     t += 3000;
   }
   return {b};
