@@ -28,6 +28,8 @@ class DeviceBuf {
     CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
     ptr_.reset(static_cast<T*>(p));  // owned before the next call can throw
     CUDA_CHECK(cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(T)));
+    // cudaMemset runs on the legacy stream, which a non-blocking stream does not wait for: finish it here.
+    CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     charge_ = Tracker::Charge(t, c, double(n) * sizeof(T));
   }
   T* data() { return ptr_.get(); }

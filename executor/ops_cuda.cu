@@ -190,6 +190,19 @@ __global__ void adam_kernel(const float* g, float* m, float* v, float* master, b
   }
 }
 
+__global__ void add_kernel(const float* x, float* y, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
+// Launched with one block of kThreads.
+__global__ void sum_squares_kernel(const float* x, size_t n, double* out) {
+  double s = 0;
+  for (size_t i = threadIdx.x; i < n; i += kThreads) s += double(x[i]) * x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *out = s;
+}
+
 void check_rows(const char* who, int64_t rows) {
   if (rows > int64_t(INT32_MAX))
     throw std::invalid_argument(std::string(who) + ": " + std::to_string(rows) +
@@ -314,6 +327,17 @@ void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, 
           cudaStream_t stream) {
   if (n == 0) return;
   adam_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(g, m, v, master, p, n, a);
+  check_launch();
+}
+
+void add_inplace(const float* x, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, y, n);
+  check_launch();
+}
+
+void sum_squares(const float* x, size_t n, double* out, cudaStream_t stream) {
+  sum_squares_kernel<<<1, kThreads, 0, stream>>>(x, n, out);
   check_launch();
 }
 

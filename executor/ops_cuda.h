@@ -59,6 +59,12 @@ void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, i
 void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, const math::AdamScalars& a,
           cudaStream_t stream);
 
+// y[i] += x[i] over n elements (the FSDP shard's gradient accumulation).
+void add_inplace(const float* x, float* y, size_t n, cudaStream_t stream);
+// *out (device) = sum of x[i]^2 over n elements in fp64: one block, each thread over its strided elements in order,
+// then a fixed tree, so the value does not depend on the launch (the gradient norm is deterministic).
+void sum_squares(const float* x, size_t n, double* out, cudaStream_t stream);
+
 // GEMMs against bf16 weights in fp32 (cuBLAS, no TF32: CUBLAS_COMPUTE_32F_PEDANTIC). W is widened to fp32 in the
 // workspace first, as ops.h widens it on the CPU (there in fp64).
 size_t matmul_workspace_bytes(int64_t k, int64_t n);

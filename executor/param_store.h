@@ -8,13 +8,19 @@
 //   fsdp:     params, grads and optimizer for this rank's shard only; a unit is all-gathered into a buffer before use
 //             and its unsharded gradient reduce-scattered into the shard after its backward.
 // Arrays are padded to a multiple of the group size (at most group-1 elements per unit).
+//
+// One store, two memories: BasicParamStore<Mem> runs the same code (param_store_impl.h) on host arrays with MPI
+// groups (HostMem, the CPU backend's ParamStore) and on device arrays with NCCL groups (DeviceMem,
+// param_store_cuda.h), so the CPU tests cover the device store's sharding, collective order and norm bookkeeping.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "estimator/plan.h"
 #include "executor/exec_model.h"
+#include "executor/ops_math.h"
 #include "executor/tracking_allocator.h"
 #include "kernels/comm/groups.h"
 #include "kernels/common/bf16.h"
@@ -34,10 +40,38 @@ struct AdamOptions {
   double lr = 1e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // Megatron-LM defaults for beta2 in MoE recipes
 };
 
-class ParamStore {
+// [first, last) element ranges of a local array, ascending and disjoint.
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+
+// The elements of a local gradient array a rank counts in the gradient norm: local indices [0, count) holding flat
+// elements first.., minus (when drop_replicated) the flat ranges `replicated` (offset, size) cover. Pure.
+Ranges counted_ranges(size_t first, size_t count, const Ranges& replicated, bool drop_replicated);
+
+// Host memory, MPI groups: the CPU backend. Every method is the plain loop the device version mirrors.
+struct HostMem {
+  template <class T>
+  using Buffer = Buf<T>;
+  void check(const comm::Comm& c) const;  // throws std::invalid_argument unless c is an MPI communicator
+  void zero(float* x, size_t n) const;
+  void copy(const float* src, size_t n, float* dst) const;
+  void copy(const bf16* src, size_t n, bf16* dst) const;
+  void add(const float* x, size_t n, float* y) const;  // y += x
+  void upload(const std::vector<float>& h, float* d) const;
+  void upload(const std::vector<bf16>& h, bf16* d) const;
+  double sum_squares(const float* g, const Ranges& r) const;  // fp64, ranges in order, elements in order
+  // Adam over n elements; p (may be null) gets bf16(master).
+  void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, const math::AdamScalars& a) const;
+};
+
+template <class Mem>
+class BasicParamStore {
  public:
-  ParamStore(Tracker& t, const comm::ProcessGroups& pg, std::vector<UnitLayout> units, OptimizerSharding mode,
-             uint64_t seed);
+  template <class T>
+  using Buffer = typename Mem::template Buffer<T>;
+
+  // Throws std::invalid_argument when a group's communicator is not the memory's kind (Mem::check).
+  BasicParamStore(Tracker& t, const comm::ProcessGroups& pg, std::vector<UnitLayout> units, OptimizerSharding mode,
+                  uint64_t seed, Mem mem = Mem{});
 
   OptimizerSharding mode() const { return mode_; }
   const std::vector<UnitLayout>& units() const { return layouts_; }
@@ -78,11 +112,11 @@ class ParamStore {
     size_t shard = 0;   // ceil(n / group)
     int group = 1, index = 0;
     const comm::Comm* comm = nullptr;
-    Buf<bf16> p;        // whole padded (none, dist_opt) or shard (fsdp)
-    Buf<float> g;       // same length as p
-    Buf<float> reduced; // dist_opt: this rank's reduced gradient shard between sync_grads and adam_step
-    Buf<float> opt;     // master | m | v over the owned elements
-    std::vector<std::pair<size_t, size_t>> replicated;  // (offset, size) of TP-replicated tensors (dense part)
+    Buffer<bf16> p;        // whole padded (none, dist_opt) or shard (fsdp)
+    Buffer<float> g;       // same length as p
+    Buffer<float> reduced; // dist_opt: this rank's reduced gradient shard between sync_grads and adam_step
+    Buffer<float> opt;     // master | m | v over the owned elements
+    Ranges replicated;     // (offset, size) of TP-replicated tensors (dense part)
     size_t owned_first() const { return mode_fsdp ? 0 : (mode_none ? 0 : size_t(index) * shard); }
     size_t owned_count() const { return mode_none ? group * shard : shard; }
     bool mode_fsdp = false, mode_none = false;
@@ -91,7 +125,7 @@ class ParamStore {
     Part dense, expert;
   };
   void init_part(Part& part, int u, bool expert, uint64_t seed);
-  std::vector<std::pair<size_t, size_t>> replicated_held(const Part& P) const;
+  Ranges replicated_held(const Part& P) const;
   void sync_tp_replicated();
   Tracker& tr_;
   const comm::ProcessGroups& pg_;
@@ -99,6 +133,11 @@ class ParamStore {
   std::vector<Unit> units_;
   OptimizerSharding mode_;
   size_t buffer_elems_ = 0;
+  Mem mem_;
 };
+
+// The CPU backend's store (param_store.cpp instantiates it).
+extern template class BasicParamStore<HostMem>;
+using ParamStore = BasicParamStore<HostMem>;
 
 }  // namespace lcplan::exec

@@ -16,8 +16,10 @@ extern char** environ;
 namespace lcplan::profiler {
 
 int mpi_test_ranks(const std::string& name) {
-  // tests/moe/CMakeLists.txt and tests/linear_ce/CMakeLists.txt: MPI_NP 2.
-  if (name == "test_moe_cuda" || name == "linear_ce_cuda_vocab_parallel_test") return 2;
+  // tests/moe, tests/linear_ce and tests/executor CMakeLists.txt: MPI_NP 2.
+  if (name == "test_moe_cuda" || name == "linear_ce_cuda_vocab_parallel_test" ||
+      name == "executor_param_store_cuda_test")
+    return 2;
   return 0;
 }
 

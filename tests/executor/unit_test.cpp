@@ -12,6 +12,7 @@
 #include "estimator/plan_rules.h"
 #include "executor/compare.h"
 #include "executor/exec_model.h"
+#include "executor/param_store.h"
 #include "executor/schedule.h"
 #include "executor/scale.h"
 #include "executor/tracking_allocator.h"
@@ -414,6 +415,17 @@ TEST(Scale, TensorParallelDivisibility) {
       EXPECT_EQ(check_plan(m, sc.plan), std::nullopt) << name << " tp " << tp;
     }
   EXPECT_GE(checked, 6);
+}
+
+TEST(ParamStore, CountedRangesLeaveOutReplicatedTensorsOffTpRankZero) {
+  // A shard holding flat elements [100, 200) of an array whose replicated tensors are [90, 110), [150, 160) and
+  // [195, 300): local [10, 50) and [60, 95) are counted off TP rank 0, the whole shard on it.
+  const Ranges rep = {{150, 10}, {90, 20}, {195, 105}};  // (offset, size), unsorted
+  EXPECT_EQ(counted_ranges(100, 100, rep, true), (Ranges{{10, 50}, {60, 95}}));
+  EXPECT_EQ(counted_ranges(100, 100, rep, false), (Ranges{{0, 100}}));
+  EXPECT_EQ(counted_ranges(0, 80, rep, true), (Ranges{{0, 80}}));  // no replicated tensor inside
+  EXPECT_EQ(counted_ranges(150, 10, rep, true), Ranges{});           // all of it replicated
+  EXPECT_EQ(counted_ranges(100, 0, rep, false), Ranges{});           // a padding-only shard
 }
 
 }  // namespace

@@ -35,13 +35,15 @@ TEST(Selftest, FindsTheCudaTestBinaries) {
   exe(dir / "tests" / "moe" / "test_moe_cuda", true);
   exe(dir / "tests" / "moe" / "test_moe_kernels_cuda", true);
   exe(dir / "tests" / "linear_ce_cuda_vocab_parallel_test", true);
+  exe(dir / "tests" / "executor_param_store_cuda_test", true);
   exe(dir / "tests" / "attention_test", true);         // CPU test: not selected
   exe(dir / "tests" / "linear_ce_cuda_test", false);   // not executable
   exe(dir / "CMakeFiles" / "x_cuda_test", true);       // build scratch
   const std::vector<GpuTest> found = find_gpu_tests(dir.string());
   std::vector<std::string> names;
   for (const GpuTest& t : found) names.push_back(t.name + ":" + std::to_string(t.mpi_ranks));
-  EXPECT_EQ(names, (std::vector<std::string>{"attention_cuda_test:0", "linear_ce_cuda_vocab_parallel_test:2",
+  EXPECT_EQ(names, (std::vector<std::string>{"attention_cuda_test:0", "executor_param_store_cuda_test:2",
+                                             "linear_ce_cuda_vocab_parallel_test:2",
                                              "test_moe_cuda:2", "test_moe_kernels_cuda:0"}));
   const TestRun r = run_captured({found.front().path}, 30);
   EXPECT_EQ(r.status, 0);
