@@ -206,6 +206,8 @@ double BasicParamStore<Mem>::grad_sq_owned() const {
     const Unit& U = units_[u];
     for (const Part* P : {&U.dense, &U.expert}) {
       if (!P->shard) continue;
+      if (mode_ == OptimizerSharding::DistOpt && P->reduced.empty())
+        throw std::logic_error("ParamStore::grad_sq_owned under dist_opt: call sync_grads first (it reduces the shard)");
       // This rank's owned gradients: the FSDP shard, the dist-opt reduced shard, or its slice of the whole array.
       const size_t first = size_t(P->index) * P->shard;
       const float* g = mode_ == OptimizerSharding::Fsdp      ? P->g.data()
@@ -227,6 +229,8 @@ void BasicParamStore<Mem>::adam_step(int step, const AdamOptions& o) {
       if (!P->shard) continue;
       const size_t oc = P->owned_count();
       float* master = P->opt.data();
+      if (mode_ == OptimizerSharding::DistOpt && P->reduced.empty())
+        throw std::logic_error("ParamStore::adam_step under dist_opt: call sync_grads first (it reduces the shard)");
       const float* g = mode_ == OptimizerSharding::DistOpt ? P->reduced.data() : P->g.data();
       const size_t pfirst = mode_ == OptimizerSharding::DistOpt ? size_t(P->index) * P->shard : 0;
       mem_.adam(g, master + oc, master + 2 * oc, master, P->p.data() + pfirst, oc, a);
