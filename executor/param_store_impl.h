@@ -69,16 +69,13 @@ void BasicParamStore<Mem>::init_part(Part& part, int u, bool expert, uint64_t se
   int t = -1;
   for (size_t i = 0; i < len && first + i < part.n; ++i) p[i] = float_to_bf16(value(first + i, t));
   mem_.upload(p, part.p.data());
-  // fp32 master weights of the owned elements start from the same values (Megatron keeps fp32 masters of bf16 params).
-  const size_t owned = (part.mode_fsdp ? size_t(part.index) * part.shard : part.owned_first());
-  std::vector<float> master(part.owned_count(), 0.0f);
+  // fp32 master weights of the owned elements start from the same values (Megatron keeps fp32 masters of bf16
+  // params); the Adam moments after them start at zero.
+  const size_t owned = part.mode_fsdp ? size_t(part.index) * part.shard : part.owned_first();
+  std::vector<float> opt(3 * part.owned_count(), 0.0f);
   t = -1;
-  for (size_t i = 0; i < master.size() && owned + i < part.n; ++i) master[i] = value(owned + i, t);
-  if (!master.empty()) {
-    std::vector<float> opt(3 * master.size(), 0.0f);  // master | m = 0 | v = 0
-    std::copy(master.begin(), master.end(), opt.begin());
-    mem_.upload(opt, part.opt.data());
-  }
+  for (size_t i = 0; i < part.owned_count() && owned + i < part.n; ++i) opt[i] = value(owned + i, t);
+  mem_.upload(opt, part.opt.data());
 }
 
 template <class Mem>

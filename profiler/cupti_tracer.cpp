@@ -1,9 +1,8 @@
 #include "profiler/cupti_tracer.h"
 
-#include <algorithm>
 #include <cstdio>
-#include <iterator>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 
 #include "kernels/common/cuda_check.h"
@@ -41,6 +40,7 @@ CuptiTracer::CuptiTracer(size_t buffer_bytes, Tags tags)
       CUPTI_CHECK(cuptiActivityEnable(k));
       kinds_.push_back(k);  // only what was enabled is disabled again
     }
+    tags_on_ = tags == Tags::On;
   } catch (...) {
     for (CUpti_ActivityKind k : kinds_) cuptiActivityDisable(k);
     live_.store(nullptr);
@@ -143,14 +143,12 @@ uint32_t CuptiTracer::stream_id(cudaStream_t s) const {
 }
 
 void CuptiTracer::push_tag(uint64_t tag) {
-  if (std::find(kinds_.begin(), kinds_.end(), CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) == kinds_.end())
-    throw std::logic_error("CUPTI tracer: push_tag needs a tracer built with Tags::On");
+  if (!tags_on_) throw std::logic_error("CUPTI tracer: push_tag needs a tracer built with Tags::On");
   CUPTI_CHECK(cuptiActivityPushExternalCorrelationId(kTagKind, tag));
 }
 
 void CuptiTracer::pop_tag() {
-  if (std::find(kinds_.begin(), kinds_.end(), CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) == kinds_.end())
-    throw std::logic_error("CUPTI tracer: pop_tag needs a tracer built with Tags::On");
+  if (!tags_on_) throw std::logic_error("CUPTI tracer: pop_tag needs a tracer built with Tags::On");
   uint64_t last = 0;
   CUPTI_CHECK(cuptiActivityPopExternalCorrelationId(kTagKind, &last));
 }

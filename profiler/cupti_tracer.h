@@ -55,6 +55,7 @@ class CuptiTracer {
 
   size_t buffer_bytes_;
   std::vector<CUpti_ActivityKind> kinds_;  // enabled by the constructor, disabled by the destructor
+  bool tags_on_ = false;                   // built with Tags::On (push_tag / pop_tag allowed)
   std::mutex mu_;
   std::vector<ActivityBuffer> done_;  // guarded by mu_ (CUPTI calls on_complete from its own thread)
   std::string error_;                 // first failure inside a callback (callbacks must not throw into CUPTI)
