@@ -29,33 +29,44 @@ std::vector<Interval> Trace::all() const {
   return v;
 }
 
+namespace {
+
+// Every record of every buffer on one wrap-safe axis: f(record, start, end) for each timed record, with signed
+// nanosecond offsets from `ref`, the first record's start (modulo 2^64, so order survives a wrap of the counter).
+// Returns the untimed records (end before start, or CUPTI's 0/0), which are left out.
+template <class F>
+uint64_t for_each_timed(const std::vector<ActivityBuffer>& buffers, uint64_t& ref, F f) {
+  const ActivityRecord* first = nullptr;
+  for (const ActivityBuffer& b : buffers)
+    if (!first && !b.records.empty()) first = &b.records.front();
+  if (!first) return 0;
+  ref = first->start;
+  uint64_t untimed = 0;
+  for (const ActivityBuffer& b : buffers)
+    for (const ActivityRecord& r : b.records) {
+      const int64_t s = static_cast<int64_t>(r.start - ref), e = static_cast<int64_t>(r.end - ref);
+      if (e < s || (r.start == 0 && r.end == 0)) ++untimed;
+      else f(r, s, e);
+    }
+  return untimed;
+}
+
+}  // namespace
+
 Trace build_trace(const std::vector<ActivityBuffer>& buffers) {
   Trace t;
-  const ActivityRecord* first = nullptr;
-  for (const ActivityBuffer& b : buffers) {
-    t.dropped += b.dropped;
-    if (!first && !b.records.empty()) first = &b.records.front();
-  }
-  if (!first) return t;
-  // Signed offsets from the first record's start, modulo 2^64: order survives a wrap of the counter.
-  const uint64_t ref = first->start;
-  auto offset = [ref](uint64_t ts) { return static_cast<int64_t>(ts - ref); };
+  for (const ActivityBuffer& b : buffers) t.dropped += b.dropped;
   struct Placed {
     uint32_t device, stream;
     int64_t start, end;
   };
   std::vector<Placed> placed;
   int64_t lowest = std::numeric_limits<int64_t>::max();
-  for (const ActivityBuffer& b : buffers)
-    for (const ActivityRecord& r : b.records) {
-      const int64_t s = offset(r.start), e = offset(r.end);
-      if (e < s || (r.start == 0 && r.end == 0)) {
-        ++t.invalid;
-        continue;
-      }
-      placed.push_back({r.device, r.stream, s, e});
-      lowest = std::min(lowest, s);
-    }
+  uint64_t ref = 0;
+  t.invalid = for_each_timed(buffers, ref, [&](const ActivityRecord& r, int64_t s, int64_t e) {
+    placed.push_back({r.device, r.stream, s, e});
+    lowest = std::min(lowest, s);
+  });
   if (placed.empty()) return t;
   t.origin = ref + static_cast<uint64_t>(lowest);
   t.records = placed.size();
@@ -138,33 +149,24 @@ TaggedTime time_by_tag(const std::vector<ActivityBuffer>& buffers) {
       if (!fresh && it->second != t.tag) it->second = kConflict;
     }
   }
-  // One wrap-safe axis for every record: signed offsets from the first record's start (as build_trace).
-  const ActivityRecord* first = nullptr;
-  for (const ActivityBuffer& b : buffers)
-    if (!first && !b.records.empty()) first = &b.records.front();
-  if (!first) return out;
-  const uint64_t ref = first->start;
   std::map<uint64_t, std::pair<TagTime, std::vector<Interval>>> by_tag;
-  for (const ActivityBuffer& b : buffers)
-    for (const ActivityRecord& r : b.records) {
-      const int64_t s = static_cast<int64_t>(r.start - ref), e = static_cast<int64_t>(r.end - ref);
-      if (e < s || (r.start == 0 && r.end == 0)) continue;  // untimed (build_trace's `invalid`)
-      const auto it = r.correlation ? tag_of.find(r.correlation) : tag_of.end();
-      if (it == tag_of.end()) {
-        ++out.untagged;
-        continue;
-      }
-      if (it->second == kConflict) {
-        ++out.conflicting;
-        continue;
-      }
-      auto& [time, intervals] = by_tag[it->second];
-      time.tag = it->second;
-      ++time.records;
-      const double seconds = double(e - s) * 1e-9;
-      if (r.kind == ActivityKind::Kernel) time.kernel_seconds += seconds;
-      intervals.push_back({double(s) * 1e-9, double(e) * 1e-9});
+  uint64_t ref = 0;
+  for_each_timed(buffers, ref, [&](const ActivityRecord& r, int64_t s, int64_t e) {
+    const auto it = r.correlation ? tag_of.find(r.correlation) : tag_of.end();
+    if (it == tag_of.end()) {
+      ++out.untagged;
+      return;
     }
+    if (it->second == kConflict) {
+      ++out.conflicting;
+      return;
+    }
+    auto& [time, intervals] = by_tag[it->second];
+    time.tag = it->second;
+    ++time.records;
+    if (r.kind == ActivityKind::Kernel) time.kernel_seconds += double(e - s) * 1e-9;
+    intervals.push_back({double(s) * 1e-9, double(e) * 1e-9});
+  });
   for (auto& [tag, entry] : by_tag) {
     entry.first.busy_seconds = busy(entry.second);
     out.tags.push_back(entry.first);
