@@ -1,7 +1,7 @@
 // lcplan-exec: run a plan on CPUs under mpirun (every parallel dimension; executor/README.md) and write the
 // measurement record.
 //   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
-//                                 [--seed S] [--timeout SECONDS] --out measured.json
+//                                 [--seed S] [--timeout SECONDS] [--phase-trace trace.json] --out measured.json
 // Bad input: one sentence on every rank, exit 2, no output file. A rank that fails mid-step: every rank prints one
 // sentence (the failing rank its error, the others "rank R failed: ..."), exit 1, no output file; waits on peers
 // are bounded by --timeout (comm::Watchdog), so the job never hangs.
@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,7 @@ namespace {
 using lcplan::UserError;
 
 struct Args {
-  std::string plan, out, backend = "cpu";
+  std::string plan, out, backend = "cpu", phase_trace;
   int steps = 1, layers = 0, scale = 1;
   unsigned long long seed = 1;
   double timeout = 600;
@@ -38,7 +40,7 @@ struct Args {
 
 const char* kUsage =
     "lcplan-exec --plan recipe.json --out measured.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda] "
-    "[--seed S] [--timeout SECONDS]";
+    "[--seed S] [--timeout SECONDS] [--phase-trace trace.json]";
 
 long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
   size_t used = 0;
@@ -72,6 +74,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--scale") a.scale = int(to_int(f, value(), 1, 4096));
     else if (f == "--seed") a.seed = (unsigned long long)to_int(f, value(), 0, (1LL << 62));
     else if (f == "--timeout") a.timeout = double(to_int(f, value(), 1, 86400));
+    else if (f == "--phase-trace") a.phase_trace = value();
     else if (f == "--backend") {
       a.backend = value();
       if (a.backend != "cpu" && a.backend != "cuda")
@@ -82,22 +85,33 @@ Args parse(int argc, char** argv) {
   }
   if (a.plan.empty()) throw UserError(std::string("--plan is required (") + kUsage + ")");
   if (!have_out) throw UserError(std::string("--out is required (") + kUsage + ")");
+  if (!a.phase_trace.empty()) {
+    std::error_code e1, e2;
+    if (std::filesystem::weakly_canonical(a.phase_trace, e1) == std::filesystem::weakly_canonical(a.out, e2))
+      throw UserError("--phase-trace " + a.phase_trace + " is the --out file; give the trace its own path");
+  }
   if (a.backend == "cuda")
     throw UserError("--backend cuda is not available yet: lcplan-exec's GPU layers are not built (its device ops, "
                     "memory tracking and phase timing are, executor/README.md \"GPU backend\"); use --backend cpu");
   return a;
 }
 
-// LCPLAN_EXEC_FAIL=rank:phase (tests): that rank throws at the start of that phase.
-void fail_hook(lcplan::exec::ExecOptions& o) {
+// LCPLAN_EXEC_FAIL=rank:phase (tests): that rank throws when that phase first begins (in the first step).
+void fail_hook(lcplan::exec::ExecOptions& o, int rank) {
   const char* v = std::getenv("LCPLAN_EXEC_FAIL");
   if (!v || !*v) return;
   const std::string s = v;
   const size_t c = s.find(':');
   if (c == std::string::npos) throw UserError("LCPLAN_EXEC_FAIL=" + s + " must be rank:phase (e.g. 2:backward)");
-  o.fail_rank = int(to_int("LCPLAN_EXEC_FAIL rank", s.substr(0, c), 0, 1 << 20));
-  o.fail_phase = s.substr(c + 1);
-  lcplan::phase_from_string(o.fail_phase, "LCPLAN_EXEC_FAIL phase");
+  const int fail_rank = int(to_int("LCPLAN_EXEC_FAIL rank", s.substr(0, c), 0, 1 << 20));
+  const std::string name = s.substr(c + 1);
+  const lcplan::Phase phase = lcplan::phase_from_string(name, "LCPLAN_EXEC_FAIL phase");
+  if (rank != fail_rank) return;
+  o.on_phase = [phase, s](const lcplan::exec::PhaseMark& m) {
+    if (m.begin && m.step == 1 && m.phase == phase)
+      throw std::runtime_error("injected failure at the start of the " + std::string(lcplan::to_string(phase)) +
+                               " phase (test hook LCPLAN_EXEC_FAIL=" + s + ")");
+  };
 }
 
 }  // namespace
@@ -150,7 +164,7 @@ int main(int argc, char** argv) {
       o.seed = a.seed;
       o.workspace_reserve = cal.workspace_bytes;
       o.ce_vocab_tile = std::max<int64_t>(1, int64_t(cal.linear_ce_vocab_tile / 2));  // fp32 tile = the bf16 bytes
-      fail_hook(o);
+      fail_hook(o, world.rank);
     } catch (const std::exception& e) {
       err = e.what();
     }
@@ -159,6 +173,15 @@ int main(int argc, char** argv) {
     const lcplan::exec::ExecResult r = lcplan::exec::run_executor(world, sc.model, sc.plan, o);
     if (world.rank == 0) {
       const lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
+      if (!a.phase_trace.empty()) {  // before the record: a record on disk means the whole run succeeded
+        std::vector<int> stages;
+        size_t n = 0;
+        for (const lcplan::exec::RankReport& rr : r.ranks) stages.push_back(rr.stage);
+        for (const auto& s : r.segments) n += s.size();
+        lcplan::write_file_atomic(a.phase_trace, lcplan::exec::phase_trace_json(r.segments, stages).dump() + "\n");
+        std::printf("lcplan-exec: phase trace of %zu segments on %zu ranks (chrome://tracing, ui.perfetto.dev); "
+                    "wrote %s\n", n, r.segments.size(), a.phase_trace.c_str());
+      }
       // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
       lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
       std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",

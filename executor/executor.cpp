@@ -234,11 +234,22 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   RankReport rep;
   rep.rank = world.rank;
   rep.stage = stage;
-  auto hook = [&](Phase ph, int step, int mbatch) {
-    if (world.rank == o.fail_rank && step == 1 && mbatch == 0 && o.fail_phase == to_string(ph))
-      throw std::runtime_error(std::string("injected failure at the start of the ") + to_string(ph) +
-                               " phase (test hook LCPLAN_EXEC_FAIL=" + std::to_string(o.fail_rank) + ":" +
-                               o.fail_phase + ")");
+  // Phase segments on the host clock: one reading at each boundary is both the phase's time and its trace mark.
+  std::vector<PhaseSegment> segments;
+  PhaseMark open;
+  Clock::time_point origin;
+  auto begin_phase = [&](Phase ph, int step, int mbatch, int vst) {
+    tr.set_phase(ph);
+    open = PhaseMark{ph, true, step, mbatch, vst, since(origin)};
+    if (o.on_phase) o.on_phase(open);
+  };
+  auto end_phase = [&]() {
+    PhaseMark m = open;
+    m.begin = false;
+    m.seconds = since(origin);
+    rep.phase_seconds[size_t(m.phase)] += m.seconds - open.seconds;
+    segments.push_back(PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, open.seconds, m.seconds});
+    if (o.on_phase) o.on_phase(m);
   };
   // Token ids and targets of every local token of microbatch `mb` (sample (mb dp + d) micro_batch + j).
   auto data = [&](int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
@@ -276,6 +287,8 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     }
   };
 
+  comm::barrier(world);  // the phase trace's common origin
+  origin = Clock::now();
   const double cpu0 = cpu_now();
   for (int step = 1; step <= o.steps; ++step) {
     const auto t_step = Clock::now();
@@ -306,9 +319,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
       const std::vector<int>& ls = chunk_layers[a.chunk];
       if (a.forward) {
         // ---- forward of this virtual stage (and, on the last, the loss)
-        auto t0 = Clock::now();
-        tr.set_phase(Phase::Forward);
-        hook(Phase::Forward, step, mbatch);
+        begin_phase(Phase::Forward, step, mbatch, v);
         std::vector<LayerSaved>& sv = saved[mbatch][a.chunk];
         sv.resize(std::max<size_t>(1, ls.size()));
         sv[0].x = Buf<bf16>(tr, Category::Activations, size_t(R * H));
@@ -335,12 +346,10 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
           }
         }
         if (ls.empty()) sv.clear();
-        rep.phase_seconds[0] += since(t0);
+        end_phase();
         if (v == chunks_total - 1) {
           // ---- loss (forward and backward of the final norm, LM head and cross-entropy)
-          t0 = Clock::now();
-          tr.set_phase(Phase::Loss);
-          hook(Phase::Loss, step, mbatch);
+          begin_phase(Phase::Loss, step, mbatch, -1);
           Buf<int64_t> tokens, targets;
           data(mbatch, tokens, targets);
           tokens.reset();
@@ -366,7 +375,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
           }
           if (pg.tp.rank == 0) loss_sum += l;  // every TP rank computed the whole loss
           loss_grad[mbatch] = std::move(dx);
-          rep.phase_seconds[1] += since(t0);
+          end_phase();
         } else {
           Pending s;
           s.act = Buf<bf16>(tr, Category::Workspace, out.size());
@@ -376,9 +385,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
         }
       } else {
         // ---- backward of this virtual stage
-        const auto t0 = Clock::now();
-        tr.set_phase(Phase::Backward);
-        hook(Phase::Backward, step, mbatch);
+        begin_phase(Phase::Backward, step, mbatch, v);
         if (fsdp) fs.grad = Buf<float>(tr, Category::FsdpBuffers, ps.buffer_elems());
         Buf<float> dx;
         if (v == chunks_total - 1) {
@@ -417,16 +424,14 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
           sends.push_back(std::move(s));
         }
         if (fsdp) fs.grad.reset();
-        rep.phase_seconds[2] += since(t0);
+        end_phase();
       }
       reap(false);
     }
     reap(true);
     for (auto& s : fs.slot) s.reset();
     // ---- optimizer
-    auto t0 = Clock::now();
-    tr.set_phase(Phase::Optimizer);
-    hook(Phase::Optimizer, step, 0);
+    begin_phase(Phase::Optimizer, step, -1, -1);
     if (d.tied && pp > 1 && (first_v_here || last_v_here)) {
       // The tied embedding's two copies (first stage: embedding, last stage: LM head) get the sum of both
       // gradients (Megatron's embedding group all-reduce), added in stage order on both so they stay identical.
@@ -443,8 +448,8 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     double sums[2] = {loss_sum, ps.grad_sq_owned()};
     comm::all_reduce(world, sums, 2, comm::DType::F64, comm::ReduceOp::Sum);
     ps.adam_step(step, o.adam);
+    end_phase();
     tr.clear_phase();
-    rep.phase_seconds[3] += since(t0);
     res.loss.push_back(sums[0] / global_tokens);
     res.grad_norm.push_back(std::sqrt(sums[1]));
     res.step_seconds.push_back(since(t_step));
@@ -464,6 +469,21 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   std::vector<double> all_reports(size_t(kReportDoubles) * world.size);
   comm::all_gather(world, mine_report.data(), all_reports.data(), kReportDoubles, comm::DType::F64);
   for (int r = 0; r < world.size; ++r) res.ranks.push_back(unpack(all_reports.data() + size_t(r) * kReportDoubles));
+  // Every rank's phase segments (stages hold different counts: padded to the longest).
+  double count = double(segments.size());
+  std::vector<double> counts(size_t(world.size));
+  comm::all_gather(world, &count, counts.data(), 1, comm::DType::F64);
+  size_t most = 0;
+  for (double n : counts) most = std::max(most, size_t(n));
+  std::vector<double> mine_segments(most * kSegmentDoubles), all_segments(mine_segments.size() * size_t(world.size));
+  for (size_t i = 0; i < segments.size(); ++i) pack_segment(segments[i], mine_segments.data() + i * kSegmentDoubles);
+  if (most > 0)
+    comm::all_gather(world, mine_segments.data(), all_segments.data(), mine_segments.size(), comm::DType::F64);
+  res.segments.resize(size_t(world.size));
+  for (int r = 0; r < world.size; ++r)
+    for (size_t i = 0; i < size_t(counts[size_t(r)]); ++i)
+      res.segments[size_t(r)].push_back(
+          unpack_segment(all_segments.data() + (size_t(r) * most + i) * kSegmentDoubles));
   comm::all_reduce(world, res.step_seconds.data(), res.step_seconds.size(), comm::DType::F64, comm::ReduceOp::Max);
   comm::all_reduce(world, res.step_phase_seconds.data()->data(), res.step_phase_seconds.size() * kPhases,
                    comm::DType::F64, comm::ReduceOp::Max);

@@ -7,11 +7,13 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "estimator/plan.h"
 #include "executor/param_store.h"
+#include "executor/phase_trace.h"
 #include "executor/tracking_allocator.h"
 #include "kernels/comm/comm.h"
 #include "models/model_spec.h"
@@ -25,9 +27,10 @@ struct ExecOptions {
   AdamOptions adam;
   int64_t ce_vocab_tile = 512;   // linear-CE vocabulary columns per fp32 tile (data/calibration/default.json, per_implementation lcplan-exec)
   float rope_theta = 10000.0f;   // ModelSpec carries no RoPE base; any base gives the same memory and work
-  // Test hook (lcplan-exec reads LCPLAN_EXEC_FAIL=rank:phase): that rank throws when that phase first starts.
-  int fail_rank = -1;
-  std::string fail_phase;
+  // Called on this rank at each phase segment's start and end (executor/phase_trace.h). lcplan-exec hangs its phase
+  // trace and its failure test hook here; the GPU backend's CUPTI tags go here too. An exception it throws fails the
+  // rank as one thrown by the step would.
+  std::function<void(const PhaseMark&)> on_phase;
 };
 
 // One rank's measurements.
@@ -51,6 +54,7 @@ struct ExecResult {
   // about its wall time; less means it shared the core with other processes and the wall times are disturbed).
   std::vector<double> step_cpu_seconds;
   std::vector<RankReport> ranks;                      // every rank's report, on every rank
+  std::vector<std::vector<PhaseSegment>> segments;    // every rank's phase segments in its order, on every rank
   double setup_seconds = 0;                           // process groups, parameter initialisation
   int microbatches = 1;
 };

@@ -1,0 +1,76 @@
+#include "executor/phase_trace.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace lcplan::exec {
+
+std::vector<PhaseSegment> pair_marks(const std::vector<PhaseMark>& marks) {
+  std::vector<PhaseSegment> out;
+  bool open = false;
+  PhaseSegment cur;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const PhaseMark& m = marks[i];
+    const std::string where = "phase mark " + std::to_string(i) + " (" + to_string(m.phase) + ", step " +
+                              std::to_string(m.step) + ")";
+    if (m.begin) {
+      if (open) throw std::invalid_argument(where + " begins while the " + to_string(cur.phase) + " phase is open");
+      cur = PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, m.seconds, m.seconds};
+      open = true;
+    } else {
+      if (!open || cur.phase != m.phase || cur.step != m.step || cur.microbatch != m.microbatch ||
+          cur.vstage != m.vstage)
+        throw std::invalid_argument(where + " ends a segment that is not the open one");
+      if (m.seconds < cur.start) throw std::invalid_argument(where + " ends before it began");
+      cur.end = m.seconds;
+      out.push_back(cur);
+      open = false;
+    }
+  }
+  if (open) throw std::invalid_argument(std::string("the last ") + to_string(cur.phase) + " segment is never ended");
+  return out;
+}
+
+std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments) {
+  std::array<double, kPhases> t{};
+  for (const PhaseSegment& s : segments) t[size_t(s.phase)] += s.end - s.start;
+  return t;
+}
+
+void pack_segment(const PhaseSegment& s, double* out) {
+  out[0] = double(int(s.phase));
+  out[1] = s.step;
+  out[2] = s.microbatch;
+  out[3] = s.vstage;
+  out[4] = s.start;
+  out[5] = s.end;
+}
+
+PhaseSegment unpack_segment(const double* v) {
+  return PhaseSegment{Phase(int(v[0])), int(v[1]), int(v[2]), int(v[3]), v[4], v[5]};
+}
+
+nlohmann::json phase_trace_json(const std::vector<std::vector<PhaseSegment>>& per_rank,
+                                const std::vector<int>& stage_of_rank) {
+  if (per_rank.size() != stage_of_rank.size())
+    throw std::invalid_argument("phase trace: " + std::to_string(per_rank.size()) + " ranks of segments but " +
+                                std::to_string(stage_of_rank.size()) + " stages");
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r},
+                      {"args", {{"name", "rank " + std::to_string(r) + " (stage " +
+                                             std::to_string(stage_of_rank[r]) + ")"}}}});
+    events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", r}, {"args", {{"sort_index", r}}}});
+    for (const PhaseSegment& s : per_rank[r]) {
+      std::string name = to_string(s.phase);
+      if (s.microbatch >= 0) name += " mb " + std::to_string(s.microbatch);
+      if (s.vstage >= 0) name += " v" + std::to_string(s.vstage);
+      events.push_back({{"name", name}, {"cat", to_string(s.phase)}, {"ph", "X"}, {"pid", r}, {"tid", 0},
+                        {"ts", s.start * 1e6}, {"dur", (s.end - s.start) * 1e6},
+                        {"args", {{"step", s.step}, {"microbatch", s.microbatch}, {"vstage", s.vstage}}}});
+    }
+  }
+  return {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+}
+
+}  // namespace lcplan::exec

@@ -1,0 +1,55 @@
+// The step loop's phase segments on each rank's host clock: what lcplan-exec times per phase (ExecResult), what a
+// hook sees at each phase boundary (ExecOptions::on_phase: lcplan-exec's failure test hook, and where the GPU
+// backend's CUPTI tags go), and a per-rank timeline of the pipeline schedule in the Chrome trace event format
+// (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU), which chrome://tracing and
+// https://ui.perfetto.dev open: `lcplan-exec --phase-trace FILE`.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "estimator/memory_model.h"
+#include "executor/tracking_allocator.h"
+
+namespace lcplan::exec {
+
+// One boundary of a phase segment. A segment is the forward or backward of one (microbatch, virtual stage), the loss
+// of one microbatch, or the optimizer once per step.
+struct PhaseMark {
+  Phase phase = Phase::Forward;
+  bool begin = true;
+  int step = 1;         // 1-based
+  int microbatch = -1;  // -1: the optimizer
+  int vstage = -1;      // virtual pipeline stage (chunk x pp + stage) of a forward or backward; -1: loss, optimizer
+  // Host seconds since the run's origin: each rank's clock right after one barrier before the first step, so ranks
+  // line up to within that barrier's exit skew (on a GPU these are launch times, not device times).
+  double seconds = 0;
+};
+
+struct PhaseSegment {
+  Phase phase = Phase::Forward;
+  int step = 1, microbatch = -1, vstage = -1;
+  double start = 0, end = 0;  // seconds since the origin
+};
+
+// Marks paired into segments, in order. Throws std::invalid_argument when a mark begins a phase while another is
+// open, ends one that is not open (or differs from the open one), or the last segment is left open.
+std::vector<PhaseSegment> pair_marks(const std::vector<PhaseMark>& marks);
+
+// Seconds per phase (lcplan::Phase order) summed over segments.
+std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments);
+
+// A segment as 6 doubles and back (the executor all-gathers every rank's segments).
+constexpr int kSegmentDoubles = 6;
+void pack_segment(const PhaseSegment& s, double* out);
+PhaseSegment unpack_segment(const double* v);
+
+// The Chrome trace of every rank's segments (index = world rank; stage_of_rank gives its pipeline stage): one
+// process per rank named "rank R (stage S)", one complete ("X") event per segment named by phase, microbatch and
+// virtual stage, times in microseconds. Throws std::invalid_argument when the two lists differ in length.
+nlohmann::json phase_trace_json(const std::vector<std::vector<PhaseSegment>>& per_rank,
+                                const std::vector<int>& stage_of_rank);
+
+}  // namespace lcplan::exec

@@ -1,0 +1,158 @@
+// The executor's phase segments: the pure pairing, totals and Chrome trace (executor/phase_trace.h) on synthetic
+// marks, and on a 4-rank interleaved pipeline run: every rank's segments follow its stage's schedule
+// (executor/schedule.h) in order, on a clock that only moves forward, sum to the per-phase seconds the record
+// reports, and are exactly what the on_phase hook saw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <vector>
+
+#include "executor/phase_trace.h"
+#include "executor/schedule.h"
+#include "kernels/comm/helpers.h"
+#include "tests/executor/exec_util.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+PhaseMark mark(Phase p, bool begin, int mb, int v, double t, int step = 1) { return {p, begin, step, mb, v, t}; }
+
+TEST(PairMarks, PairsInOrderAndSumsPerPhase) {
+  const std::vector<PhaseMark> marks = {
+      mark(Phase::Forward, true, 0, 0, 1.0),  mark(Phase::Forward, false, 0, 0, 1.5),
+      mark(Phase::Loss, true, 0, -1, 1.5),    mark(Phase::Loss, false, 0, -1, 1.75),
+      mark(Phase::Backward, true, 0, 0, 2.0), mark(Phase::Backward, false, 0, 0, 3.0),
+      mark(Phase::Forward, true, 1, 0, 3.0),  mark(Phase::Forward, false, 1, 0, 3.25),
+      mark(Phase::Optimizer, true, -1, -1, 4.0), mark(Phase::Optimizer, false, -1, -1, 4.5)};
+  const std::vector<PhaseSegment> s = pair_marks(marks);
+  ASSERT_EQ(s.size(), 5u);
+  EXPECT_EQ(s[1].phase, Phase::Loss);
+  EXPECT_EQ(s[3].microbatch, 1);
+  EXPECT_DOUBLE_EQ(s[2].start, 2.0);
+  EXPECT_DOUBLE_EQ(s[2].end, 3.0);
+  const auto t = phase_totals(s);
+  EXPECT_DOUBLE_EQ(t[size_t(Phase::Forward)], 0.75);
+  EXPECT_DOUBLE_EQ(t[size_t(Phase::Loss)], 0.25);
+  EXPECT_DOUBLE_EQ(t[size_t(Phase::Backward)], 1.0);
+  EXPECT_DOUBLE_EQ(t[size_t(Phase::Optimizer)], 0.5);
+  double packed[kSegmentDoubles];
+  pack_segment(s[2], packed);
+  const PhaseSegment back = unpack_segment(packed);
+  EXPECT_EQ(back.phase, s[2].phase);
+  EXPECT_EQ(back.step, s[2].step);
+  EXPECT_EQ(back.microbatch, s[2].microbatch);
+  EXPECT_EQ(back.vstage, s[2].vstage);
+  EXPECT_EQ(back.start, s[2].start);
+  EXPECT_EQ(back.end, s[2].end);
+}
+
+TEST(PairMarks, RefusesUnbalancedMarks) {
+  // Begun while another is open.
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, true, 0, 0, 1), mark(Phase::Loss, true, 0, -1, 2)}),
+               std::invalid_argument);
+  // Ended without being begun, or ending another segment (phase, microbatch or virtual stage differ).
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, false, 0, 0, 1)}), std::invalid_argument);
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, true, 0, 0, 1), mark(Phase::Backward, false, 0, 0, 2)}),
+               std::invalid_argument);
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, true, 0, 0, 1), mark(Phase::Forward, false, 1, 0, 2)}),
+               std::invalid_argument);
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, true, 0, 0, 1), mark(Phase::Forward, false, 0, 1, 2)}),
+               std::invalid_argument);
+  // Ending before it began, and left open.
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, true, 0, 0, 2), mark(Phase::Forward, false, 0, 0, 1)}),
+               std::invalid_argument);
+  EXPECT_THROW(pair_marks({mark(Phase::Forward, true, 0, 0, 1)}), std::invalid_argument);
+  EXPECT_TRUE(pair_marks({}).empty());
+}
+
+TEST(PhaseTraceJson, OneProcessPerRankOneCompleteEventPerSegment) {
+  const std::vector<std::vector<PhaseSegment>> per_rank = {
+      {{Phase::Forward, 1, 0, 0, 0.001, 0.003}, {Phase::Optimizer, 1, -1, -1, 0.004, 0.0045}},
+      {{Phase::Forward, 1, 0, 1, 0.003, 0.005}, {Phase::Loss, 1, 0, -1, 0.005, 0.006}}};
+  const nlohmann::json j = phase_trace_json(per_rank, {0, 1});
+  const nlohmann::json& ev = j.at("traceEvents");
+  ASSERT_EQ(ev.size(), 2u * 2 + 4);  // name and sort index per rank, one event per segment
+  int complete = 0;
+  for (const nlohmann::json& e : ev) {
+    if (e.at("ph") == "M") continue;
+    ++complete;
+    EXPECT_EQ(e.at("tid"), 0);
+    EXPECT_GE(e.at("dur").get<double>(), 0);
+  }
+  EXPECT_EQ(complete, 4);
+  EXPECT_EQ(ev[0].at("args").at("name"), "rank 0 (stage 0)");
+  EXPECT_EQ(ev[2].at("name"), "forward mb 0 v0");
+  EXPECT_NEAR(ev[2].at("ts").get<double>(), 1000.0, 1e-9);  // microseconds
+  EXPECT_NEAR(ev[2].at("dur").get<double>(), 2000.0, 1e-9);
+  EXPECT_EQ(ev[3].at("name"), "optimizer");
+  EXPECT_EQ(ev[4].at("args").at("name"), "rank 1 (stage 1)");
+  EXPECT_EQ(ev[7].at("name"), "loss mb 0");
+  EXPECT_EQ(ev[7].at("args").at("microbatch"), 0);
+  EXPECT_THROW(phase_trace_json(per_rank, {0}), std::invalid_argument);
+}
+
+// Llama-3.1-8B scaled 64x, 8 layers, PP 4 with 2 virtual stages each, 8 microbatches, 2 steps.
+TEST(PhaseSegments, FollowTheScheduleOnEveryRank) {
+  helpers::World w;
+  if (w.c.size != 4) GTEST_SKIP() << "needs 4 ranks";
+  PlanArgs a;
+  a.gpus = 4;
+  a.pp = 4;
+  a.vpp = 2;
+  a.seq = 4096;
+  a.global_batch = 8;
+  a.sharding = OptimizerSharding::DistOpt;
+  const ScaledCase sc = executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", a), {64, 8});
+  ExecOptions o;
+  o.steps = 2;
+  std::vector<PhaseMark> seen;
+  o.on_phase = [&seen](const PhaseMark& m) { seen.push_back(m); };
+  const ExecResult r = run_case(w.c, sc, o);
+  ASSERT_EQ(r.segments.size(), 4u);
+  ASSERT_EQ(r.microbatches, 8);
+  const int pp = 4, vpp = 2;
+  for (int rank = 0; rank < 4; ++rank) {
+    const int stage = r.ranks[size_t(rank)].stage;
+    // The expected order: each schedule action, the loss after the last virtual stage's forward, then the optimizer.
+    std::vector<PhaseSegment> want;
+    for (int step = 1; step <= 2; ++step) {
+      for (const PipeAction& act : pipeline_schedule(pp, vpp, stage, r.microbatches)) {
+        const int v = act.chunk * pp + stage;
+        want.push_back({act.forward ? Phase::Forward : Phase::Backward, step, act.microbatch, v, 0, 0});
+        if (act.forward && v == pp * vpp - 1) want.push_back({Phase::Loss, step, act.microbatch, -1, 0, 0});
+      }
+      want.push_back({Phase::Optimizer, step, -1, -1, 0, 0});
+    }
+    const std::vector<PhaseSegment>& got = r.segments[size_t(rank)];
+    ASSERT_EQ(got.size(), want.size()) << "rank " << rank;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].phase, want[i].phase) << "rank " << rank << " segment " << i;
+      EXPECT_EQ(got[i].step, want[i].step) << "rank " << rank << " segment " << i;
+      EXPECT_EQ(got[i].microbatch, want[i].microbatch) << "rank " << rank << " segment " << i;
+      EXPECT_EQ(got[i].vstage, want[i].vstage) << "rank " << rank << " segment " << i;
+      EXPECT_LE(got[i].start, got[i].end);
+      if (i > 0) {
+        EXPECT_GE(got[i].start, got[i - 1].end) << "rank " << rank << " segment " << i;
+      }
+    }
+    // The segments are the per-phase seconds the record reports (one clock reading serves both).
+    const auto totals = phase_totals(got);
+    for (int ph = 0; ph < kPhases; ++ph)
+      EXPECT_NEAR(totals[size_t(ph)], r.ranks[size_t(rank)].phase_seconds[size_t(ph)],
+                  1e-9 * (1 + totals[size_t(ph)]))
+          << "rank " << rank << " phase " << to_string(Phase(ph));
+  }
+  // This rank's hook saw exactly its segments' boundaries.
+  const std::vector<PhaseSegment> mine = pair_marks(seen);
+  const std::vector<PhaseSegment>& got = r.segments[size_t(w.c.rank)];
+  ASSERT_EQ(mine.size(), got.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    EXPECT_EQ(mine[i].phase, got[i].phase);
+    EXPECT_EQ(mine[i].start, got[i].start);
+    EXPECT_EQ(mine[i].end, got[i].end);
+  }
+}
+
+}  // namespace
+}  // namespace lcplan::exec::tests
