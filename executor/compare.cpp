@@ -1,3 +1,4 @@
+#include "common/user_error.h"
 #include "executor/compare.h"
 
 #include <algorithm>
@@ -217,6 +218,16 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
   c.estimate_step_seconds = est.time.step_seconds;
   c.measured_step_seconds = meas.step_seconds;
   c.estimate_time = estimate_to_json(est, plan)["time"];
+  if (plan.parallel.pp > 1) {
+    c.estimate_bubble_seconds = est.time.breakdown.bubble;
+    if (meas.executor.is_object() && meas.executor.contains("pipeline_wait_seconds")) {
+      const nlohmann::json& w = meas.executor.at("pipeline_wait_seconds");
+      if (!w.is_number() || w.get<double>() < 0)
+        throw UserError("the record's executor.pipeline_wait_seconds is " + w.dump() +
+                        "; it must be a number of seconds, at least 0");
+      c.measured_pipeline_wait_seconds = w.get<double>();
+    }
+  }
   if (c.measured_peak_phase && *c.measured_peak_phase != c.estimate_peak_phase)
     c.notes.push_back(std::string("the measured peak is in the ") + to_string(*c.measured_peak_phase) +
                       " phase, the estimate's in the " + to_string(c.estimate_peak_phase) + " phase");
@@ -269,6 +280,7 @@ std::string comparison_table(const Comparison& c) {
   };
   for (const TimeRow& r : c.time) time_line(to_string(r.phase), r.estimate, r.measured);
   time_line("step", c.estimate_step_seconds, c.measured_step_seconds);
+  if (c.estimate_bubble_seconds) time_line("pp bubble", *c.estimate_bubble_seconds, c.measured_pipeline_wait_seconds);
   for (const std::string& n : c.notes) s += "note: " + n + "\n";
   return s;
 }
@@ -306,6 +318,10 @@ nlohmann::json comparison_to_json(const Comparison& c) {
   }
   j["time"]["phases"] = tph;
   if (c.measured_step_seconds) j["time"]["measured_step_seconds"] = *c.measured_step_seconds;
+  if (c.estimate_bubble_seconds) {
+    j["time"]["pipeline_bubble"] = {{"estimate", *c.estimate_bubble_seconds}};
+    if (c.measured_pipeline_wait_seconds) j["time"]["pipeline_bubble"]["measured"] = *c.measured_pipeline_wait_seconds;
+  }
   j["notes"] = c.notes;
   return j;
 }

@@ -60,6 +60,10 @@ struct Comparison {
   std::vector<TimeRow> time;         // forward, loss, backward, optimizer
   double estimate_step_seconds = 0;  // on the plan's hardware profile (the sum of `time`'s estimates)
   std::optional<double> measured_step_seconds;  // the record's step_seconds (median step; not the sum of the phases)
+  // Pipeline plans: the estimator's bubble (TimeBreakdown::bubble) against the run's (the record's
+  // executor.pipeline_wait_seconds: the least time any rank waited on others in a step, median step; it also holds
+  // the transfers).
+  std::optional<double> estimate_bubble_seconds, measured_pipeline_wait_seconds;
   nlohmann::json estimate_time;      // the estimator's time breakdown (seconds)
   std::vector<std::string> notes;
 };

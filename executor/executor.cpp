@@ -251,6 +251,12 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     segments.push_back(PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, open.seconds, m.seconds});
     if (o.on_phase) o.on_phase(m);
   };
+  // A stage-to-stage receive inside the open phase, kept as a wait segment (the bubble this rank sits through).
+  auto pp_recv = [&](void* buf, size_t count, comm::DType t, int peer, int tag) {
+    const double t0 = since(origin);
+    comm::recv(pg.pp, buf, count, t, peer, tag);
+    segments.push_back(PhaseSegment{open.phase, open.step, open.microbatch, open.vstage, t0, since(origin), true});
+  };
   // Token ids and targets of every local token of microbatch `mb` (sample (mb dp + d) micro_batch + j).
   auto data = [&](int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
     tokens = Buf<int64_t>(tr, Category::Workspace, size_t(c.tokens));
@@ -329,7 +335,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
           const UnitView ew = unit(emb, true);
           embedding_forward(c, ew.dense, tokens.data(), sv[0].x.data());
         } else {
-          comm::recv(pg.pp, sv[0].x.data(), sv[0].x.size(), comm::DType::BF16, prev_stage, fwd_tag(v - 1));
+          pp_recv(sv[0].x.data(), sv[0].x.size(), comm::DType::BF16, prev_stage, fwd_tag(v - 1));
         }
         Buf<float> out;
         if (ls.empty()) {  // a virtual stage without decoder layers passes its input on
@@ -392,7 +398,7 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
           dx = std::move(loss_grad[mbatch]);
         } else {
           dx = Buf<float>(tr, Category::Workspace, size_t(R * H));
-          comm::recv(pg.pp, dx.data(), dx.size(), comm::DType::F32, next_stage, bwd_tag(v + 1));
+          pp_recv(dx.data(), dx.size(), comm::DType::F32, next_stage, bwd_tag(v + 1));
         }
         std::vector<LayerSaved>& sv = saved[mbatch][a.chunk];
         for (int k = int(ls.size()) - 1; k >= 0; --k) {
@@ -446,7 +452,10 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     }
     ps.sync_grads();
     double sums[2] = {loss_sum, ps.grad_sq_owned()};
+    // The step's one all-rank collective: a stage that finished its pipeline work early (the drain) waits here.
+    const double t_sums = since(origin);
     comm::all_reduce(world, sums, 2, comm::DType::F64, comm::ReduceOp::Sum);
+    segments.push_back(PhaseSegment{Phase::Optimizer, step, -1, -1, t_sums, since(origin), true});
     ps.adam_step(step, o.adam);
     end_phase();
     tr.clear_phase();

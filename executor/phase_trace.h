@@ -32,23 +32,32 @@ struct PhaseSegment {
   Phase phase = Phase::Forward;
   int step = 1, microbatch = -1, vstage = -1;
   double start = 0, end = 0;  // seconds since the origin
+  // A wait inside the phase segment of the same (phase, step, microbatch, vstage): the stage-to-stage receive of
+  // that virtual stage's input activations (forward) or output gradient (backward), or (optimizer) the step's
+  // all-rank reduction of loss and gradient norm, where a stage that drained early waits for the rest. Its time is
+  // part of the phase's.
+  bool wait = false;
 };
 
 // Marks paired into segments, in order. Throws std::invalid_argument when a mark begins a phase while another is
 // open, ends one that is not open (or differs from the open one), or the last segment is left open.
 std::vector<PhaseSegment> pair_marks(const std::vector<PhaseMark>& marks);
 
-// Seconds per phase (lcplan::Phase order) summed over segments.
+// Seconds per phase (lcplan::Phase order) summed over the phase segments (waits are inside them, not added).
 std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments);
 
-// A segment as 6 doubles and back (the executor all-gathers every rank's segments).
-constexpr int kSegmentDoubles = 6;
+// Seconds of the wait segments of one step: the rank's time blocked on other ranks (the pipeline's fill and drain it
+// sat through, plus the transfers and any imbalance between stages).
+double pipeline_wait_seconds(const std::vector<PhaseSegment>& segments, int step);
+
+// A segment as 7 doubles and back (the executor all-gathers every rank's segments).
+constexpr int kSegmentDoubles = 7;
 void pack_segment(const PhaseSegment& s, double* out);
 PhaseSegment unpack_segment(const double* v);
 
 // The Chrome trace of every rank's segments (index = world rank; stage_of_rank gives its pipeline stage): one
 // process per rank named "rank R (stage S)", one complete ("X") event per segment named by phase, microbatch and
-// virtual stage, times in microseconds. Throws std::invalid_argument when the two lists differ in length.
+// virtual stage (a wait: "wait" and what it receives, drawn inside its phase's event), times in microseconds. Throws std::invalid_argument when the two lists differ in length.
 nlohmann::json phase_trace_json(const std::vector<std::vector<PhaseSegment>>& per_rank,
                                 const std::vector<int>& stage_of_rank);
 

@@ -70,11 +70,16 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   m.peak_phase = peak_phase;
   m.peak_rank = peak_rank;
   for (int ph = 0; ph < kPhases; ++ph) {
-    if (!pr->phases[ph].seen) continue;
+    // Memory is the peak rank's; time is every rank's (under PP only the last stage has a loss phase, and the peak
+    // rank may be on another stage).
+    const bool any = std::any_of(r.ranks.begin(), r.ranks.end(), [&](const RankReport& x) { return x.phases[ph].seen; });
+    if (!any) continue;
     MeasuredPhase mp;
-    mp.peak_bytes = pr->phases[ph].at_peak.total();
-    mp.breakdown = pr->phases[ph].at_peak.to_breakdown();
-    mp.category_peaks = pr->phases[ph].category_max.to_breakdown();
+    if (pr->phases[ph].seen) {
+      mp.peak_bytes = pr->phases[ph].at_peak.total();
+      mp.breakdown = pr->phases[ph].at_peak.to_breakdown();
+      mp.category_peaks = pr->phases[ph].category_max.to_breakdown();
+    }
     // Like the step: the median over the steps after the first (warm-up), each the slowest rank's time in the phase.
     std::vector<double> secs;
     for (size_t i = r.step_phase_seconds.size() > 1 ? 1 : 0; i < r.step_phase_seconds.size(); ++i)
@@ -125,6 +130,23 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   ex["seed"] = o.seed;
   ex["linear_ce_vocab_tile"] = o.ce_vocab_tile;
   if (recv_sum > 0) ex["moe_routing_load"] = recv_max / (recv_sum / double(r.ranks.size()));
+  if (sc.plan.parallel.pp > 1) {
+    // The measured counterpart of the estimator's bubble: the least time any rank spent blocked on others in a step
+    // (stage-to-stage receives while the pipeline fills, the step's all-rank reduction while it drains:
+    // executor/phase_trace.h), the median over the steps after the first. A step is its slowest stage's work plus
+    // that stage's waits, and the slowest stage waits least; a lighter stage's extra wait is imbalance, which the
+    // estimator charges by costing the slowest stage.
+    std::vector<double> waits;
+    for (int step = r.loss.size() > 1 ? 2 : 1; step <= int(r.loss.size()); ++step) {
+      double least = -1;
+      for (const std::vector<PhaseSegment>& segs : r.segments) {
+        const double w = pipeline_wait_seconds(segs, step);
+        least = least < 0 ? w : std::min(least, w);
+      }
+      waits.push_back(std::max(0.0, least));
+    }
+    ex["pipeline_wait_seconds"] = median(waits);
+  }
   double ops = 0, cpu_sum = 0, cpu_max = 0;
   for (const RankReport& rr : r.ranks) {
     ops = std::max(ops, rr.tracker_ops);

@@ -87,6 +87,10 @@ TEST_P(TimeTable, StepWithinItsBound) {
                 c.estimate_step_seconds, *c.measured_step_seconds,
                 100 * (*c.measured_step_seconds / c.estimate_step_seconds - 1), in_phases,
                 c.estimate_time.at("breakdown").dump().c_str());
+    if (c.estimate_bubble_seconds)
+      std::printf("  %-10s %10.4f %10.4f %+7.1f%%   (least time a rank waited on others: fill and drain)\n",
+                  "pp bubble", *c.estimate_bubble_seconds, c.measured_pipeline_wait_seconds.value_or(0),
+                  100 * (c.measured_pipeline_wait_seconds.value_or(0) / *c.estimate_bubble_seconds - 1));
   }
 #if defined(__SANITIZE_ADDRESS__)  // the profile times release kernels; a sanitized build runs them several times slower
   GTEST_SKIP() << tc.name << ": sanitized build, so its step time is not the profile's to predict (table printed above)";
@@ -110,6 +114,7 @@ INSTANTIATE_TEST_SUITE_P(
         ExecCase{"dense_cp2", "llama-3.1-8b", {.gpus = 2, .cp = 2, .seq = 32768}, 16, 2},
         ExecCase{"dense_dp2_full_recompute", "llama-3.1-8b",
                  {.gpus = 2, .seq = 16384, .recompute = Recompute::Full}, 16, 2},
+        ExecCase{"dense_pp2", "llama-3.1-8b", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 8192}, 16, 2},
         ExecCase{"moe_ep2_chunked", "mixtral-8x7b", {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384}, 16, 2},
         ExecCase{"moe_ep2_full_recompute", "qwen3.5-35b-a3b",
                  {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384, .recompute = Recompute::Full}, 16, 1}),
