@@ -164,6 +164,7 @@ int main(int argc, char** argv) {
       o.seed = a.seed;
       o.workspace_reserve = cal.workspace_bytes;
       o.ce_vocab_tile = std::max<int64_t>(1, int64_t(cal.linear_ce_vocab_tile / 2));  // fp32 tile = the bf16 bytes
+      o.gather_segments = !a.phase_trace.empty();
       fail_hook(o, world.rank);
     } catch (const std::exception& e) {
       err = e.what();

@@ -466,6 +466,8 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     for (int ph = 0; ph < kPhases; ++ph) this_step[ph] = rep.phase_seconds[ph] - phase_before[ph];
     res.step_phase_seconds.push_back(this_step);
     res.step_cpu_seconds.push_back(thread_cpu_now() - cpu_step);
+    res.step_pipeline_wait_seconds.push_back(pipeline_wait_seconds(segments, step));
+    if (!o.gather_segments) segments.clear();  // bounded by one step's segments
   }
   for (int ph = 0; ph < kPhases; ++ph) rep.phases[ph] = tr.peak(Phase(ph));
   rep.workspace_high_water = tr.workspace_high_water();
@@ -478,21 +480,24 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   std::vector<double> all_reports(size_t(kReportDoubles) * world.size);
   comm::all_gather(world, mine_report.data(), all_reports.data(), kReportDoubles, comm::DType::F64);
   for (int r = 0; r < world.size; ++r) res.ranks.push_back(unpack(all_reports.data() + size_t(r) * kReportDoubles));
-  // Every rank's phase segments (stages hold different counts: padded to the longest).
-  double count = double(segments.size());
-  std::vector<double> counts(size_t(world.size));
-  comm::all_gather(world, &count, counts.data(), 1, comm::DType::F64);
-  size_t most = 0;
-  for (double n : counts) most = std::max(most, size_t(n));
-  std::vector<double> mine_segments(most * kSegmentDoubles), all_segments(mine_segments.size() * size_t(world.size));
-  for (size_t i = 0; i < segments.size(); ++i) pack_segment(segments[i], mine_segments.data() + i * kSegmentDoubles);
-  if (most > 0)
-    comm::all_gather(world, mine_segments.data(), all_segments.data(), mine_segments.size(), comm::DType::F64);
-  res.segments.resize(size_t(world.size));
-  for (int r = 0; r < world.size; ++r)
-    for (size_t i = 0; i < size_t(counts[size_t(r)]); ++i)
-      res.segments[size_t(r)].push_back(
-          unpack_segment(all_segments.data() + (size_t(r) * most + i) * kSegmentDoubles));
+  if (o.gather_segments) {  // every rank's phase segments (stages hold different counts: padded to the longest)
+    double count = double(segments.size());
+    std::vector<double> counts(size_t(world.size));
+    comm::all_gather(world, &count, counts.data(), 1, comm::DType::F64);
+    size_t most = 0;
+    for (double n : counts) most = std::max(most, size_t(n));
+    std::vector<double> mine_segments(most * kSegmentDoubles), all_segments(mine_segments.size() * size_t(world.size));
+    for (size_t i = 0; i < segments.size(); ++i) pack_segment(segments[i], mine_segments.data() + i * kSegmentDoubles);
+    if (most > 0)
+      comm::all_gather(world, mine_segments.data(), all_segments.data(), mine_segments.size(), comm::DType::F64);
+    res.segments.resize(size_t(world.size));
+    for (int r = 0; r < world.size; ++r)
+      for (size_t i = 0; i < size_t(counts[size_t(r)]); ++i)
+        res.segments[size_t(r)].push_back(
+            unpack_segment(all_segments.data() + (size_t(r) * most + i) * kSegmentDoubles));
+  }
+  comm::all_reduce(world, res.step_pipeline_wait_seconds.data(), res.step_pipeline_wait_seconds.size(),
+                   comm::DType::F64, comm::ReduceOp::Min);
   comm::all_reduce(world, res.step_seconds.data(), res.step_seconds.size(), comm::DType::F64, comm::ReduceOp::Max);
   comm::all_reduce(world, res.step_phase_seconds.data()->data(), res.step_phase_seconds.size() * kPhases,
                    comm::DType::F64, comm::ReduceOp::Max);

@@ -31,6 +31,9 @@ struct ExecOptions {
   // trace and its failure test hook here; the GPU backend's CUPTI tags go here too. An exception it throws fails the
   // rank as one thrown by the step would.
   std::function<void(const PhaseMark&)> on_phase;
+  // Gather every rank's phase segments into ExecResult::segments (lcplan-exec --phase-trace): they grow with steps x
+  // microbatches on every rank, so a plain run keeps only their per-step sums.
+  bool gather_segments = false;
 };
 
 // One rank's measurements.
@@ -54,7 +57,10 @@ struct ExecResult {
   // about its wall time; less means it shared the core with other processes and the wall times are disturbed).
   std::vector<double> step_cpu_seconds;
   std::vector<RankReport> ranks;                      // every rank's report, on every rank
-  std::vector<std::vector<PhaseSegment>> segments;    // every rank's phase segments in its order, on every rank
+  // Per step, the least time any rank waited on others (phase_trace.h pipeline_wait_seconds; identical on every rank).
+  std::vector<double> step_pipeline_wait_seconds;
+  // With ExecOptions::gather_segments: every rank's phase segments in its order, on every rank; else empty.
+  std::vector<std::vector<PhaseSegment>> segments;
   double setup_seconds = 0;                           // process groups, parameter initialisation
   int microbatches = 1;
 };

@@ -136,16 +136,8 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
     // executor/phase_trace.h), the median over the steps after the first. A step is its slowest stage's work plus
     // that stage's waits, and the slowest stage waits least; a lighter stage's extra wait is imbalance, which the
     // estimator charges by costing the slowest stage.
-    std::vector<double> waits;
-    for (int step = r.loss.size() > 1 ? 2 : 1; step <= int(r.loss.size()); ++step) {
-      double least = -1;
-      for (const std::vector<PhaseSegment>& segs : r.segments) {
-        const double w = pipeline_wait_seconds(segs, step);
-        least = least < 0 ? w : std::min(least, w);
-      }
-      waits.push_back(std::max(0.0, least));
-    }
-    ex["pipeline_wait_seconds"] = median(waits);
+    const std::vector<double>& w = r.step_pipeline_wait_seconds;
+    ex["pipeline_wait_seconds"] = median(std::vector<double>(w.begin() + (w.size() > 1 ? 1 : 0), w.end()));
   }
   double ops = 0, cpu_sum = 0, cpu_max = 0;
   for (const RankReport& rr : r.ranks) {

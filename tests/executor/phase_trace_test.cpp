@@ -125,6 +125,7 @@ TEST(PhaseSegments, FollowTheScheduleOnEveryRank) {
   const ScaledCase sc = executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", a), {64, 8});
   ExecOptions o;
   o.steps = 2;
+  o.gather_segments = true;
   std::vector<PhaseMark> seen;
   o.on_phase = [&seen](const PhaseMark& m) { seen.push_back(m); };
   const ExecResult r = run_case(w.c, sc, o);
@@ -182,6 +183,8 @@ TEST(PhaseSegments, FollowTheScheduleOnEveryRank) {
   const Measurement rec = measurement_record(sc, o, r, "test host");
   double least = 1e300;
   for (const auto& segs : r.segments) least = std::min(least, pipeline_wait_seconds(segs, 2));
+  ASSERT_EQ(r.step_pipeline_wait_seconds.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.step_pipeline_wait_seconds[1], least);
   ASSERT_TRUE(rec.executor.contains("pipeline_wait_seconds"));
   EXPECT_DOUBLE_EQ(rec.executor.at("pipeline_wait_seconds").get<double>(), least);
   EXPECT_GT(least, 0);  // every stage of a pipeline waits to fill and drain it
@@ -200,6 +203,12 @@ TEST(PhaseSegments, FollowTheScheduleOnEveryRank) {
   Measurement bad = rec;
   bad.executor["pipeline_wait_seconds"] = "long";
   EXPECT_THROW(compare(sc.model, sc.plan, h100(), exec_calibration(), bad), UserError);
+  // Without gather_segments a run keeps no segments, only the per-step waits.
+  ExecOptions plain;
+  const ExecResult r1 = run_case(w.c, sc, plain);
+  EXPECT_TRUE(r1.segments.empty());
+  ASSERT_EQ(r1.step_pipeline_wait_seconds.size(), 1u);
+  EXPECT_GT(r1.step_pipeline_wait_seconds[0], 0);
   // This rank's hook saw exactly its segments' boundaries.
   const std::vector<PhaseSegment> mine = pair_marks(seen);
   std::vector<PhaseSegment> got;
