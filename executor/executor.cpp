@@ -247,7 +247,6 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     PhaseMark m = open;
     m.begin = false;
     m.seconds = since(origin);
-    rep.phase_seconds[size_t(m.phase)] += m.seconds - open.seconds;
     segments.push_back(PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, open.seconds, m.seconds});
     if (o.on_phase) o.on_phase(m);
   };
@@ -298,7 +297,6 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
   const double cpu0 = cpu_now();
   for (int step = 1; step <= o.steps; ++step) {
     const auto t_step = Clock::now();
-    const std::array<double, kPhases> phase_before = rep.phase_seconds;
     const double cpu_step = thread_cpu_now();
     ps.zero_grads();
     double loss_sum = 0;
@@ -462,8 +460,8 @@ ExecResult run_executor(const comm::Comm& world, const ModelSpec& m, const Plan&
     res.loss.push_back(sums[0] / global_tokens);
     res.grad_norm.push_back(std::sqrt(sums[1]));
     res.step_seconds.push_back(since(t_step));
-    std::array<double, kPhases> this_step{};
-    for (int ph = 0; ph < kPhases; ++ph) this_step[ph] = rep.phase_seconds[ph] - phase_before[ph];
+    const std::array<double, kPhases> this_step = phase_totals(segments, step);
+    for (int ph = 0; ph < kPhases; ++ph) rep.phase_seconds[size_t(ph)] += this_step[size_t(ph)];
     res.step_phase_seconds.push_back(this_step);
     res.step_cpu_seconds.push_back(thread_cpu_now() - cpu_step);
     res.step_pipeline_wait_seconds.push_back(pipeline_wait_seconds(segments, step));

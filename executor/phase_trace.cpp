@@ -5,36 +5,10 @@
 
 namespace lcplan::exec {
 
-std::vector<PhaseSegment> pair_marks(const std::vector<PhaseMark>& marks) {
-  std::vector<PhaseSegment> out;
-  bool open = false;
-  PhaseSegment cur;
-  for (size_t i = 0; i < marks.size(); ++i) {
-    const PhaseMark& m = marks[i];
-    const std::string where = "phase mark " + std::to_string(i) + " (" + to_string(m.phase) + ", step " +
-                              std::to_string(m.step) + ")";
-    if (m.begin) {
-      if (open) throw std::invalid_argument(where + " begins while the " + to_string(cur.phase) + " phase is open");
-      cur = PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, m.seconds, m.seconds};
-      open = true;
-    } else {
-      if (!open || cur.phase != m.phase || cur.step != m.step || cur.microbatch != m.microbatch ||
-          cur.vstage != m.vstage)
-        throw std::invalid_argument(where + " ends a segment that is not the open one");
-      if (m.seconds < cur.start) throw std::invalid_argument(where + " ends before it began");
-      cur.end = m.seconds;
-      out.push_back(cur);
-      open = false;
-    }
-  }
-  if (open) throw std::invalid_argument(std::string("the last ") + to_string(cur.phase) + " segment is never ended");
-  return out;
-}
-
-std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments) {
+std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments, int step) {
   std::array<double, kPhases> t{};
   for (const PhaseSegment& s : segments)
-    if (!s.wait) t[size_t(s.phase)] += s.end - s.start;
+    if (!s.wait && s.step == step) t[size_t(s.phase)] += s.end - s.start;
   return t;
 }
 

@@ -39,12 +39,9 @@ struct PhaseSegment {
   bool wait = false;
 };
 
-// Marks paired into segments, in order. Throws std::invalid_argument when a mark begins a phase while another is
-// open, ends one that is not open (or differs from the open one), or the last segment is left open.
-std::vector<PhaseSegment> pair_marks(const std::vector<PhaseMark>& marks);
-
-// Seconds per phase (lcplan::Phase order) summed over the phase segments (waits are inside them, not added).
-std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments);
+// Seconds per phase (lcplan::Phase order) of one step, summed over its phase segments (waits are inside them, not
+// added): the record's per-phase times.
+std::array<double, kPhases> phase_totals(const std::vector<PhaseSegment>& segments, int step);
 
 // Seconds of the wait segments of one step: the rank's time blocked on other ranks (the pipeline's fill and drain it
 // sat through, plus the transfers and any imbalance between stages).

@@ -1,5 +1,5 @@
-// The executor's phase segments: the pure pairing, totals and Chrome trace (executor/phase_trace.h) on synthetic
-// marks, and on a 4-rank interleaved pipeline run: every rank's segments follow its stage's schedule
+// The executor's phase segments: per-step totals, waits and the Chrome trace (executor/phase_trace.h) on synthetic
+// segments, and on a 4-rank interleaved pipeline run: every rank's segments follow its stage's schedule
 // (executor/schedule.h) in order, on a clock that only moves forward, sum to the per-phase seconds the record
 // reports, and are exactly what the on_phase hook saw; each stage-to-stage receive is a wait inside its phase, and
 // the record's pipeline wait is the least any rank waited, which `lcplan validate` sets beside the estimator's bubble;
@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/user_error.h"
@@ -24,6 +26,35 @@ namespace {
 
 PhaseMark mark(Phase p, bool begin, int mb, int v, double t, int step = 1) { return {p, begin, step, mb, v, t}; }
 
+// The on_phase hook's marks paired into segments, in order: what the executor's hook contract promises a consumer
+// (begin, then the same segment's end). Throws std::invalid_argument on a mark that breaks it.
+std::vector<PhaseSegment> pair_marks(const std::vector<PhaseMark>& marks) {
+  std::vector<PhaseSegment> out;
+  bool open = false;
+  PhaseSegment cur;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const PhaseMark& m = marks[i];
+    const std::string where = "phase mark " + std::to_string(i) + " (" + to_string(m.phase) + ", step " +
+                              std::to_string(m.step) + ")";
+    if (m.begin) {
+      if (open) throw std::invalid_argument(where + " begins while the " + to_string(cur.phase) + " phase is open");
+      cur = PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, m.seconds, m.seconds};
+      open = true;
+    } else {
+      if (!open || cur.phase != m.phase || cur.step != m.step || cur.microbatch != m.microbatch ||
+          cur.vstage != m.vstage)
+        throw std::invalid_argument(where + " ends a segment that is not the open one");
+      if (m.seconds < cur.start) throw std::invalid_argument(where + " ends before it began");
+      cur.end = m.seconds;
+      out.push_back(cur);
+      open = false;
+    }
+  }
+  if (open) throw std::invalid_argument(std::string("the last ") + to_string(cur.phase) + " segment is never ended");
+  return out;
+}
+
+
 TEST(PairMarks, PairsInOrderAndSumsPerPhase) {
   const std::vector<PhaseMark> marks = {
       mark(Phase::Forward, true, 0, 0, 1.0),  mark(Phase::Forward, false, 0, 0, 1.5),
@@ -37,7 +68,7 @@ TEST(PairMarks, PairsInOrderAndSumsPerPhase) {
   EXPECT_EQ(s[3].microbatch, 1);
   EXPECT_DOUBLE_EQ(s[2].start, 2.0);
   EXPECT_DOUBLE_EQ(s[2].end, 3.0);
-  const auto t = phase_totals(s);
+  const auto t = phase_totals(s, 1);
   EXPECT_DOUBLE_EQ(t[size_t(Phase::Forward)], 0.75);
   EXPECT_DOUBLE_EQ(t[size_t(Phase::Loss)], 0.25);
   EXPECT_DOUBLE_EQ(t[size_t(Phase::Backward)], 1.0);
@@ -45,7 +76,8 @@ TEST(PairMarks, PairsInOrderAndSumsPerPhase) {
   // A wait inside the backward is part of its phase's time, not added to it.
   s.push_back({Phase::Backward, 1, 0, 0, 2.25, 2.5, true});
   s.push_back({Phase::Backward, 2, 0, 0, 5.0, 6.0, true});
-  EXPECT_DOUBLE_EQ(phase_totals(s)[size_t(Phase::Backward)], 1.0);
+  EXPECT_DOUBLE_EQ(phase_totals(s, 1)[size_t(Phase::Backward)], 1.0);
+  EXPECT_DOUBLE_EQ(phase_totals(s, 2)[size_t(Phase::Backward)], 0.0);  // step 2 has a wait only
   EXPECT_DOUBLE_EQ(pipeline_wait_seconds(s, 1), 0.25);
   EXPECT_DOUBLE_EQ(pipeline_wait_seconds(s, 2), 1.0);
   EXPECT_DOUBLE_EQ(pipeline_wait_seconds(s, 3), 0.0);
@@ -115,13 +147,7 @@ TEST(PhaseTraceJson, OneProcessPerRankOneCompleteEventPerSegment) {
 TEST(PhaseSegments, FollowTheScheduleOnEveryRank) {
   helpers::World w;
   if (w.c.size != 4) GTEST_SKIP() << "needs 4 ranks";
-  PlanArgs a;
-  a.gpus = 4;
-  a.pp = 4;
-  a.vpp = 2;
-  a.seq = 4096;
-  a.global_batch = 8;
-  a.sharding = OptimizerSharding::DistOpt;
+  const PlanArgs a{.gpus = 4, .global_batch = 8, .pp = 4, .vpp = 2, .seq = 4096, .sharding = OptimizerSharding::DistOpt};
   const ScaledCase sc = executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", a), {64, 8});
   ExecOptions o;
   o.steps = 2;
@@ -171,8 +197,16 @@ TEST(PhaseSegments, FollowTheScheduleOnEveryRank) {
       EXPECT_EQ(inside, 1) << "rank " << rank << ": a " << to_string(wt.phase) << " wait of microbatch "
                            << wt.microbatch << " is not inside its segment";
     }
-    // The segments are the per-phase seconds the record reports (one clock reading serves both).
-    const auto totals = phase_totals(r.segments[size_t(rank)]);
+    // The segments are the per-phase seconds the record reports (one clock reading serves both), and no rank's step
+    // phase exceeds the slowest rank's.
+    std::array<double, kPhases> totals{};
+    for (int step = 1; step <= 2; ++step) {
+      const auto t = phase_totals(r.segments[size_t(rank)], step);
+      for (int ph = 0; ph < kPhases; ++ph) {
+        totals[size_t(ph)] += t[size_t(ph)];
+        EXPECT_LE(t[size_t(ph)], r.step_phase_seconds[size_t(step - 1)][size_t(ph)]);
+      }
+    }
     for (int ph = 0; ph < kPhases; ++ph)
       EXPECT_NEAR(totals[size_t(ph)], r.ranks[size_t(rank)].phase_seconds[size_t(ph)],
                   1e-9 * (1 + totals[size_t(ph)]))
