@@ -23,7 +23,7 @@ namespace {
 
 struct SelftestArgs {
   bool gpu = false;
-  std::string build_dir, profile_out = "selftest-profile.json", timeout;
+  std::string build_dir, mpiexec, profile_out = "selftest-profile.json", timeout;
 };
 
 std::string self_exe() {
@@ -43,18 +43,20 @@ int run_selftest(const SelftestArgs& a) {
   const std::string dir = a.build_dir.empty() ? LCPLAN_SELFTEST_BUILD_DIR : a.build_dir;
   if (!std::filesystem::is_directory(dir))
     throw UserError("--build-dir \"" + dir + "\" is not a directory (give the build tree holding the CUDA tests)");
-  const std::vector<GpuTest> tests = find_gpu_tests(dir);
+  const std::vector<GpuTest> tests = read_gpu_tests(dir);
   if (tests.empty())
-    throw UserError("no CUDA test binaries under \"" + dir + "\" (build them: cmake --preset release && cmake --build "
-                    "build/release, with nvcc present)");
+    throw UserError("\"" + dir + "\" lists no CUDA tests in " + kGpuTestManifest +
+                    " (build them with nvcc present: cmake --preset release && cmake --build build/release)");
+  const std::string mpiexec = a.mpiexec.empty() ? LCPLAN_SELFTEST_MPIEXEC : a.mpiexec;
   int failed = 0;
   std::printf("selftest --gpu: %zu CUDA kernel tests from %s on %d device(s)\n", tests.size(), dir.c_str(), cuda_devices());
   for (const GpuTest& t : tests) {
     std::vector<std::string> argv;
     if (t.mpi_ranks > 0)
-      argv = {LCPLAN_SELFTEST_MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(t.mpi_ranks), t.path};
+      argv = {mpiexec, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(t.mpi_ranks), t.path};
     else
       argv = {t.path};
+    // A binary the manifest lists but the build did not make fails here, with run_captured's "cannot start".
     const TestRun r = run_captured(argv, timeout);
     const Verdict v = classify(r.status, r.output);
     failed += v == Verdict::Fail;
@@ -89,6 +91,7 @@ void register_selftest(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("selftest", "GPU node check: every CUDA kernel test on the device, then a short profile");
   cmd->add_flag("--gpu", a->gpu, "run the CUDA kernel tests and a short GPU profile (exit 77 when no device)");
   cmd->add_option("--build-dir", a->build_dir, "build tree holding the CUDA test binaries (default: the one lcplan was built in)");
+  cmd->add_option("--mpiexec", a->mpiexec, "launcher of the multi-rank tests (default: the mpiexec lcplan was built with)");
   cmd->add_option("--profile-out", a->profile_out, "where the short profile goes (default: selftest-profile.json)");
   cmd->add_option("--timeout", a->timeout, "seconds per test binary and for the profile (default 600)");
   cmd->callback([a, &exit_code]() { exit_code = run_selftest(*a); });

@@ -20,7 +20,25 @@ function(lcplan_test)
   # GPU tests GTEST_SKIP without a device; report that to CTest as skipped, not passed.
   if("gpu" IN_LIST T_LABELS)
     set_tests_properties(${T_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    # One manifest row for lcplan selftest --gpu (lcplan_write_gpu_test_manifest): the binary relative to the build
+    # tree, so a build carried to a GPU node finds its tests wherever it lands.
+    file(RELATIVE_PATH rel ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME})
+    if(NOT T_MPI_NP)
+      set(T_MPI_NP 0)
+    endif()
+    set_property(GLOBAL APPEND PROPERTY LCPLAN_GPU_TESTS "${T_NAME}\t${rel}\t${T_MPI_NP}")
   endif()
+endfunction()
+
+# Writes <build>/gpu_tests.tsv, the GPU tests lcplan_test registered (name, binary relative to the build tree, MPI
+# ranks or 0): what lcplan selftest --gpu runs. Called once, after every folder is added.
+function(lcplan_write_gpu_test_manifest)
+  get_property(rows GLOBAL PROPERTY LCPLAN_GPU_TESTS)
+  set(text "# name\tbinary relative to the build tree\tMPI ranks (0: a plain binary)\n")
+  foreach(row ${rows})
+    string(APPEND text "${row}\n")
+  endforeach()
+  file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/gpu_tests.tsv CONTENT "${text}" @ONLY)
 endfunction()
 
 # lcplan_bench(NAME <name> SOURCES <files...> LIBS <targets...>)

@@ -9,38 +9,51 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <sstream>
+
+#include "common/json_file.h"
+#include "common/user_error.h"
 
 extern char** environ;
 
 namespace lcplan::profiler {
 
-int mpi_test_ranks(const std::string& name) {
-  // tests/moe, tests/linear_ce and tests/executor CMakeLists.txt: MPI_NP 2.
-  if (name == "test_moe_cuda" || name == "linear_ce_cuda_vocab_parallel_test" ||
-      name == "executor_param_store_cuda_test")
-    return 2;
-  return 0;
-}
-
-std::vector<GpuTest> find_gpu_tests(const std::string& build_dir) {
-  namespace fs = std::filesystem;
+std::vector<GpuTest> parse_gpu_test_manifest(const std::string& text, const std::string& build_dir) {
   std::vector<GpuTest> out;
-  std::error_code ec;
-  fs::recursive_directory_iterator it(build_dir, fs::directory_options::skip_permission_denied, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    const fs::path& p = it->path();
-    if (p.string().find("CMakeFiles") != std::string::npos) continue;
-    std::error_code e2;
-    if (!fs::is_regular_file(p, e2) || ::access(p.c_str(), X_OK) != 0) continue;
-    const std::string n = p.filename().string();
-    const bool ends_cuda_test = n.size() > 10 && n.compare(n.size() - 10, 10, "_cuda_test") == 0;
-    const bool ends_cuda = n.size() > 5 && n.compare(n.size() - 5, 5, "_cuda") == 0 && n.rfind("test_", 0) == 0;
-    const bool mpi_cuda_test = n.find("_cuda_") != std::string::npos && n.size() > 5 && n.compare(n.size() - 5, 5, "_test") == 0;
-    if (ends_cuda_test || ends_cuda || mpi_cuda_test) out.push_back({n, p.string(), mpi_test_ranks(n)});
+  std::istringstream in(text);
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<std::string> f;
+    for (size_t a = 0;;) {
+      const size_t b = line.find('\t', a);
+      f.push_back(line.substr(a, b == std::string::npos ? std::string::npos : b - a));
+      if (b == std::string::npos) break;
+      a = b + 1;
+    }
+    const std::string at = std::string(kGpuTestManifest) + " line " + std::to_string(no);
+    if (f.size() != 3 || f[0].empty() || f[1].empty())
+      throw UserError(at + " is \"" + line + "\": want name<TAB>binary relative to the build tree<TAB>MPI ranks");
+    if (f[1][0] == '/')
+      throw UserError(at + " names the absolute path \"" + f[1] + "\": want a path relative to the build tree");
+    char* endp = nullptr;
+    const long np = std::strtol(f[2].c_str(), &endp, 10);
+    if (f[2].empty() || *endp != '\0' || np < 0 || np > 64)
+      throw UserError(at + " gives MPI ranks \"" + f[2] + "\": want a whole number from 0 to 64");
+    out.push_back({f[0], (std::filesystem::path(build_dir) / f[1]).string(), int(np)});
   }
   std::sort(out.begin(), out.end(), [](const GpuTest& a, const GpuTest& b) { return a.name < b.name; });
   return out;
+}
+
+std::vector<GpuTest> read_gpu_tests(const std::string& build_dir) {
+  const std::string path = (std::filesystem::path(build_dir) / kGpuTestManifest).string();
+  if (!std::filesystem::is_regular_file(path))
+    throw UserError("\"" + build_dir + "\" has no " + kGpuTestManifest +
+                    " (give the build tree holding the CUDA tests, configured by this source tree's CMake)");
+  return parse_gpu_test_manifest(read_text_file(path, "the GPU test manifest"), build_dir);
 }
 
 const char* to_string(Verdict v) {

@@ -9,18 +9,20 @@
 namespace lcplan::profiler {
 
 struct GpuTest {
-  std::string name;  // file name, e.g. attention_cuda_test
-  std::string path;
+  std::string name;  // the CTest name, e.g. attention_cuda_test
+  std::string path;  // the binary
   int mpi_ranks = 0; // > 0: run under mpirun -np mpi_ranks
 };
 
-// The CUDA test binaries under `build_dir` (recursively): executable regular files whose name ends in "_cuda_test"
-// or "_cuda", or starts with "test_" and contains "_cuda" (test_moe_cuda, test_moe_kernels_cuda,
-// linear_ce_cuda_vocab_parallel_test), sorted by name. The ones CTest runs under mpirun (their names are in
-// mpi_test_ranks) get its rank count.
-std::vector<GpuTest> find_gpu_tests(const std::string& build_dir);
-// Ranks CTest runs a GPU test binary with (tests/*/CMakeLists.txt MPI_NP), 0 for a plain binary.
-int mpi_test_ranks(const std::string& name);
+// The manifest CMake writes into every build tree (cmake/lcplan_helpers.cmake lcplan_write_gpu_test_manifest): one
+// row per test that lcplan_test registered with the gpu label.
+constexpr const char* kGpuTestManifest = "gpu_tests.tsv";
+// Rows "name<TAB>binary relative to the build tree<TAB>MPI ranks"; '#' lines and blank lines are skipped. Paths are
+// joined to `build_dir`. Throws UserError naming the line when a row is malformed (three fields, a relative path,
+// ranks 0 to 64). Pure: the binaries are not looked at.
+std::vector<GpuTest> parse_gpu_test_manifest(const std::string& text, const std::string& build_dir);
+// The manifest of `build_dir`, parsed; UserError when the build tree has none (configured before it existed).
+std::vector<GpuTest> read_gpu_tests(const std::string& build_dir);
 
 enum class Verdict { Pass, Fail, Skipped };
 const char* to_string(Verdict v);

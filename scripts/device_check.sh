@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU checks of a session that is lent a GPU node, as one prepared call (README "On a GPU node"): build and pack
+# here (scripts/device_pack.sh), then through the device tool
+#   run  command: bash scripts/device_check.sh   carry: [".devpack"]   timeout_s: 560
+# It runs on the node, from the repository root, within LCPLAN_CHECK_SECONDS (default 480) and writes to $OUT:
+#   node.txt       the node (nvidia-smi, toolkit, libraries a packed binary could not find);
+#   selftest.txt   lcplan selftest --gpu: every test of gpu_tests.tsv on the device, then a short profile;
+#   selftest-profile.json   that profile (commit it with its provenance: node.txt's GPU, driver, date);
+#   sanitizer.txt  compute-sanitizer memcheck of each GPU test binary, in the time left;
+#   summary.txt    one line per step: pass, FAIL, skipped or not run (out of time).
+# Exit status: 0 when every step that ran passed, 1 otherwise, 2 when the pack is missing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+pack=${LCPLAN_PACK:-.devpack}
+out=${OUT:-/tmp/lcplan-device-check}
+budget=${LCPLAN_CHECK_SECONDS:-480}
+mkdir -p "$out"
+if [ ! -f "$pack/env.sh" ]; then
+  echo "device_check: no $pack/env.sh: run scripts/device_pack.sh before the call and carry $pack" >&2
+  exit 2
+fi
+# shellcheck source=/dev/null
+source "$pack/env.sh" 2>"$out/env-warnings.txt"
+export LCPLAN_DATA_DIR=$PWD
+export PATH="$PATH:/usr/local/cuda/bin"  # nvcc and compute-sanitizer, where the node's PATH lacks them
+start=$SECONDS
+left() { echo $((budget - (SECONDS - start))); }
+summary="$out/summary.txt"
+: >"$summary"
+status=0
+note() {  # note <verdict> <what>
+  printf '%-9s %s\n' "$1" "$2" | tee -a "$summary"
+  case $1 in FAIL) status=1 ;; esac
+}
+
+manifest="$pack/build/gpu_tests.tsv"
+{
+  date -u
+  nvidia-smi || echo "nvidia-smi failed"
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  command -v compute-sanitizer >/dev/null && compute-sanitizer --version | head -2
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  cat "$out/env-warnings.txt"
+  for b in "$pack/build/cli/lcplan" $(awk -F'\t' '!/^#/ && NF == 3 {print "'"$pack/build/"'" $2}' "$manifest"); do
+    missing=$(ldd "$b" 2>&1 | grep 'not found')
+    [ -n "$missing" ] && echo "MISSING for $b: $missing"
+  done
+} >"$out/node.txt" 2>&1
+rm -f "$out/env-warnings.txt"
+if grep -q '^MISSING' "$out/node.txt"; then note FAIL "libraries: a packed binary cannot load (node.txt)"; else note pass "libraries"; fi
+
+# 1. Every GPU test on the device and a short profile (per-test timeout 120 s).
+timeout "$(left)" lcplan selftest --gpu --build-dir "$pack/build" --mpiexec "$pack/usr/bin/mpirun" \
+  --profile-out "$out/selftest-profile.json" --timeout 120 >"$out/selftest.txt" 2>&1
+rc=$?
+case $rc in
+  0) note pass "lcplan selftest --gpu" ;;
+  77) note skipped "lcplan selftest --gpu (no usable device: selftest.txt)" ;;
+  124) note FAIL "lcplan selftest --gpu (out of time)" ;;
+  *) note FAIL "lcplan selftest --gpu (exit $rc: selftest.txt)" ;;
+esac
+
+# 2. compute-sanitizer memcheck of each binary, the executor's first (never run on a GPU before), in the time left.
+if ! command -v compute-sanitizer >/dev/null; then
+  note skipped "compute-sanitizer (not on this node)"
+else
+  : >"$out/sanitizer.txt"
+  rows=$(awk -F'\t' '!/^#/ && NF == 3' "$manifest" | sort -t$'\t' -k1,1 | awk -F'\t' '{print ($1 ~ /^executor_/ ? 0 : 1) "\t" $0}' | sort -s -k1,1 | cut -f2-)
+  while IFS=$'\t' read -r name rel np; do
+    t=$(left)
+    if [ "$t" -lt 20 ]; then
+      note "not run" "compute-sanitizer $name (out of time)"
+      continue
+    fi
+    t=$((t < 150 ? t : 150))
+    cs=(compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20)
+    if [ "$np" -gt 0 ]; then
+      cmd=(mpirun --allow-run-as-root --oversubscribe -np "$np" "${cs[@]}" "$pack/build/$rel" --gtest_brief=1)
+    else
+      cmd=("${cs[@]}" "$pack/build/$rel" --gtest_brief=1)
+    fi
+    echo "=== $name: ${cmd[*]}" >>"$out/sanitizer.txt"
+    timeout "$t" "${cmd[@]}" </dev/null >>"$out/sanitizer.txt" 2>&1  # mpirun would read the rows
+    rc=$?
+    case $rc in
+      0) note pass "compute-sanitizer $name" ;;
+      124) note FAIL "compute-sanitizer $name (out of time: ${t} s)" ;;
+      *) note FAIL "compute-sanitizer $name (exit $rc: sanitizer.txt)" ;;
+    esac
+  done <<<"$rows"
+fi
+echo "device_check: $(grep -c '^pass' "$summary") passed, $(grep -c '^FAIL' "$summary") failed in $((SECONDS - start)) s"
+exit $status
