@@ -1,5 +1,4 @@
 #include "executor/layers.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,6 +6,8 @@
 
 #include <Eigen/Core>
 
+#include "executor/layer_ops_host.h"
+#include "executor/layers_impl.h"
 #include "executor/ops.h"
 #include "executor/ops_math.h"
 #include "kernels/attention/attention.h"
@@ -28,56 +29,24 @@ namespace {
 
 using WS = Buf<float>;
 
-WS ws(Ctx& c, size_t n) { return WS(c.tr, Category::Workspace, n); }
-
-Buf<bf16> save16(Ctx& c, const float* x, size_t n) {
-  Buf<bf16> b(c.tr, Category::Activations, n);
-  to_bf16(x, b.data(), n);
-  return b;
-}
-Buf<float> save32(Ctx& c, const float* x, size_t n) {
-  Buf<float> b(c.tr, Category::Activations, n);
-  std::copy(x, x + n, b.data());
-  return b;
-}
-WS load(Ctx& c, const Buf<bf16>& b) { return widen(c.tr, b.data(), b.size()); }
+// The host ops (layer_ops_host.h) for the host-only code below, which holds a Ctx rather than an Ops object.
+WS ws(Ctx& c, size_t n) { return HostOps{c.tr}.ws(n); }
+Buf<bf16> save16(Ctx& c, const float* x, size_t n) { return HostOps{c.tr}.save16(x, n); }
+Buf<float> save32(Ctx& c, const float* x, size_t n) { return HostOps{c.tr}.save32(x, n); }
+WS load(Ctx& c, const Buf<bf16>& b) { return HostOps{c.tr}.load(b); }
 
 float softplusf(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
-// Copies columns [c0, c0 + n) of rows [r0, r0 + rows) of a row-major matrix with `cols` columns.
-void cols_out(const float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, float* out) {
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(out + r * n, m + (r0 + r) * cols + c0, sizeof(float) * size_t(n));
-}
-void cols_in(float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, const float* in, bool add) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* dst = m + (r0 + r) * cols + c0;
-    const float* src = in + r * n;
-    if (add)
-      for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-    else
-      std::memcpy(dst, src, sizeof(float) * size_t(n));
-  }
-}
-
-const bf16* wd(const UnitView& w, size_t off) { return w.dense + off; }
-float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
+using impl::gd;
+using impl::wd;
 
 // ---------------------------------------------------------------- tensor and sequence parallelism (Megatron)
 
-// A [tokens x w] tensor: this rank's rows all-gathered over TP, or (without TP) the rows themselves, not copied.
-struct Rows {
-  WS buf;
-  const float* p = nullptr;
-};
+using Rows = impl::Rows<HostOps>;
 
-// Sequence-parallel all-gather (Megatron gather_from_sequence_parallel_region): [rows x w] -> [tokens x w] in TP-rank
-// order. The values are bf16-exact, so gathering fp32 moves the same numbers a bf16 all-gather would.
 Rows sp_gather(Ctx& c, const float* mine, int64_t w) {
-  if (c.tp == 1) return {WS(), mine};
-  Rows r{ws(c, size_t(c.tokens * w)), nullptr};
-  comm::all_gather(c.pg.tp, mine, r.buf.data(), size_t(c.rows * w), comm::DType::F32);
-  r.p = r.buf.data();
-  return r;
+  HostOps o{c.tr};
+  return impl::sp_gather(o, c, mine, w);
 }
 
 // Sequence-parallel reduce-scatter (Megatron reduce_scatter_to_sequence_parallel_region): partial sums [tokens x w]
@@ -102,11 +71,10 @@ void row_parallel(Ctx& c, const float* x, const bf16* W, float* y, int64_t k, in
   sp_reduce_scatter64(c, partial.data(), y, n);
 }
 
-// Its backward: dy [rows x n] all-gathered; dx [tokens x k] = dy W^T, dW += x^T dy.
 void row_parallel_bwd(Ctx& c, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t k,
                       int64_t n) {
-  const Rows d = sp_gather(c, dy, n);
-  matmul_bwd(c.tr, x, W, d.p, dx, dW, c.tokens, k, n);
+  HostOps o{c.tr};
+  impl::row_parallel_bwd(o, c, x, W, dy, dx, dW, k, n);
 }
 
 // Column-parallel GEMM backward (Megatron ColumnParallelLinear with sequence parallelism): x_all [tokens x k] is the
@@ -120,261 +88,10 @@ void col_parallel_bwd(Ctx& c, const float* x_all, const bf16* W, const float* dy
   sp_reduce_scatter64(c, partial.data(), dx, k);
 }
 
-// ---------------------------------------------------------------- full attention, context parallel
+// ---------------------------------------------------------------- full attention (layers_impl.h), CP exchange
 
-// K and V of one whole sequence in positional order, fp32 [seq x kv_cols] each. Under CP the local chunks of every
-// rank are all-gathered (bf16, the stored precision) over the CP group and put back in sequence order.
-struct FullKV {
-  WS k, v;
-};
-
-FullKV gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
-  const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
-  FullKV kv{ws(c, size_t(c.seq * kvc)), ws(c, size_t(c.seq * kvc))};
-  if (c.cp == 1) {
-    std::copy(k_loc, k_loc + L * kvc, kv.k.data());
-    std::copy(v_loc, v_loc + L * kvc, kv.v.data());
-    return kv;
-  }
-  Buf<bf16> mine(c.tr, Category::Workspace, size_t(L * 2 * kvc));
-  for (int64_t t = 0; t < L; ++t) {
-    to_bf16(k_loc + t * kvc, mine.data() + t * 2 * kvc, size_t(kvc));
-    to_bf16(v_loc + t * kvc, mine.data() + t * 2 * kvc + kvc, size_t(kvc));
-  }
-  Buf<bf16> all(c.tr, Category::Workspace, size_t(c.cp * L * 2 * kvc));
-  comm::all_gather(c.pg.cp, mine.data(), all.data(), size_t(L * 2 * kvc), comm::DType::BF16);
-  for (int j = 0; j < c.cp; ++j)
-    for (int ch = 0; ch < 2; ++ch) {
-      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc;
-      for (int64_t t = 0; t < Sc; ++t) {
-        const bf16* src = all.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
-        to_f32(src, kv.k.data() + (pos + t) * kvc, size_t(kvc));
-        to_f32(src + kvc, kv.v.data() + (pos + t) * kvc, size_t(kvc));
-      }
-    }
-  return kv;
-}
-
-attention::Options attn_opts(const Ctx& c, bool sliding, int ch) {
-  attention::Options o;
-  o.causal = true;
-  o.window = sliding ? c.d.window : 0;
-  o.q_start = c.chunk_start(ch);
-  o.k_start = 0;
-  return o;
-}
-
-// One sequence: q [seq_local x hq x hd] -> o, lse [chunk][hq x chunk_len].
-void attention_seq_fwd(Ctx& c, bool sliding, const float* q, const FullKV& kv, float* o, float* lse) {
-  const int64_t qc = c.d.q_cols(), Sc = c.chunk_len;
-  for (int ch = 0; ch < c.chunks; ++ch) {
-    const attention::Options opt = attn_opts(c, sliding, ch);
-    const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
-    attention::Stats st;
-    attention::forward_cpu(s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), o + ch * Sc * qc, lse + ch * c.d.hq * Sc,
-                           opt, &st);
-    Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
-  }
-}
-
-void attention_seq_bwd(Ctx& c, bool sliding, const float* q, const FullKV& kv, const float* o, const float* lse,
-                       const float* d_o, float* dq, float* dk_loc, float* dv_loc) {
-  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), Sc = c.chunk_len, L = c.seq_local;
-  WS dK = ws(c, size_t(c.seq * kvc)), dV = ws(c, size_t(c.seq * kvc));
-  for (int ch = 0; ch < c.chunks; ++ch) {
-    const attention::Options opt = attn_opts(c, sliding, ch);
-    const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
-    WS tk = ws(c, size_t(s.sk * kvc)), tv = ws(c, size_t(s.sk * kvc));
-    attention::Stats st;
-    attention::backward_cpu(s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), o + ch * Sc * qc, lse + ch * c.d.hq * Sc,
-                            d_o + ch * Sc * qc, dq + ch * Sc * qc, tk.data(), tv.data(), opt, &st);
-    Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
-    for (int64_t i = 0; i < s.sk * kvc; ++i) {
-      dK[size_t(i)] += tk[size_t(i)];
-      dV[size_t(i)] += tv[size_t(i)];
-    }
-  }
-  if (c.cp == 1) {
-    std::copy(dK.data(), dK.data() + L * kvc, dk_loc);
-    std::copy(dV.data(), dV.data() + L * kvc, dv_loc);
-    return;
-  }
-  // dK/dV back to the ranks owning the keys: rank-major [rank][its two chunks][k | v], reduce-scattered (sum).
-  WS packed = ws(c, size_t(c.cp * L * 2 * kvc)), mine = ws(c, size_t(L * 2 * kvc));
-  for (int j = 0; j < c.cp; ++j)
-    for (int ch = 0; ch < 2; ++ch) {
-      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc;
-      for (int64_t t = 0; t < Sc; ++t) {
-        float* dst = packed.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
-        std::copy(dK.data() + (pos + t) * kvc, dK.data() + (pos + t + 1) * kvc, dst);
-        std::copy(dV.data() + (pos + t) * kvc, dV.data() + (pos + t + 1) * kvc, dst + kvc);
-      }
-    }
-  comm::reduce_scatter(c.pg.cp, packed.data(), mine.data(), size_t(L * 2 * kvc), comm::DType::F32,
-                       comm::ReduceOp::Sum);
-  for (int64_t t = 0; t < L; ++t) {
-    std::copy(mine.data() + t * 2 * kvc, mine.data() + t * 2 * kvc + kvc, dk_loc + t * kvc);
-    std::copy(mine.data() + t * 2 * kvc + kvc, mine.data() + (t + 1) * 2 * kvc, dv_loc + t * kvc);
-  }
-}
-
-void rope_all(Ctx& c, float* x, int64_t heads, bool backward) {
-  if (c.d.rotary == 0) return;
-  const int64_t w = heads * c.d.hd;
-  for (int b = 0; b < c.mb; ++b)
-    for (int ch = 0; ch < c.chunks; ++ch) {
-      attention::RopeOptions o;
-      o.rotary_dim = c.d.rotary;
-      o.theta = c.rope_theta;
-      o.start = c.chunk_start(ch);
-      float* p = x + (int64_t(b) * c.seq_local + ch * c.chunk_len) * w;
-      if (backward) attention::rope_backward_cpu(c.chunk_len, heads, c.d.hd, p, p, o);
-      else attention::rope_forward_cpu(c.chunk_len, heads, c.d.hd, p, p, o);
-    }
-}
-
-struct QKV {
-  WS q, gate, k, v;
-};
-
-// Projections, qk-norm and RoPE from the pre-mixer norm output (values rounded to bf16 as stored).
-QKV project_qkv(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n1, WS* raw_out) {
-  const Dims& d = c.d;
-  const int64_t T = c.tokens, qc = d.q_cols(), kvc = d.kv_cols(), P = d.qkv_cols();
-  WS P_ = ws(c, size_t(T * P));
-  matmul(c.tr, n1, wd(w, u.off.w_qkv), P_.data(), T, d.H, P);
-  round_bf16_inplace(P_.data(), P_.size());
-  QKV r{ws(c, size_t(T * qc)), ws(c, d.gate ? size_t(T * qc) : 0), ws(c, size_t(T * kvc)), ws(c, size_t(T * kvc))};
-  int64_t col = 0;
-  cols_out(P_.data(), P, 0, T, col, qc, r.q.data());
-  col += qc;
-  if (d.gate) {
-    cols_out(P_.data(), P, 0, T, col, qc, r.gate.data());
-    col += qc;
-  }
-  cols_out(P_.data(), P, 0, T, col, kvc, r.k.data());
-  col += kvc;
-  cols_out(P_.data(), P, 0, T, col, kvc, r.v.data());
-  if (d.qk_norm) {
-    rmsnorm(r.q.data(), wd(w, u.off.q_norm), r.q.data(), T * d.hq, d.hd);
-    rmsnorm(r.k.data(), wd(w, u.off.k_norm), r.k.data(), T * d.hkv, d.hd);
-    round_bf16_inplace(r.q.data(), r.q.size());
-    round_bf16_inplace(r.k.data(), r.k.size());
-  }
-  rope_all(c, r.q.data(), d.hq, false);
-  rope_all(c, r.k.data(), d.hkv, false);
-  round_bf16_inplace(r.q.data(), r.q.size());
-  round_bf16_inplace(r.k.data(), r.k.size());
-  if (raw_out) *raw_out = std::move(P_);
-  return r;
-}
-
-// Core attention over every sequence of the microbatch: o and lse from q, k, v.
-void core_attention_fwd(Ctx& c, bool sliding, const float* q, const float* k, const float* v, float* o, float* lse) {
-  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), L = c.seq_local;
-  for (int b = 0; b < c.mb; ++b) {
-    FullKV kv = gather_kv(c, k + b * L * kvc, v + b * L * kvc);
-    attention_seq_fwd(c, sliding, q + b * L * qc, kv, o + b * L * qc, lse + int64_t(b) * c.d.hq * L);
-  }
-  round_bf16_inplace(o, size_t(c.tokens * qc));
-}
-
-// Returns the mixer output y [T x H] (fp32, bf16 values).
-void attention_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* x, Keep keep,
-                   LayerSaved& sv, float* y) {
-  const Dims& d = c.d;
-  const int64_t T = c.tokens, R = c.rows, H = d.H, qc = d.q_cols();
-  WS n1 = ws(c, size_t(R * H));
-  rmsnorm(x, wd(w, u.off.norm1), n1.data(), R, H);
-  round_bf16_inplace(n1.data(), n1.size());
-  QKV r = project_qkv(c, u, w, sp_gather(c, n1.data(), H).p, nullptr);
-  WS o = ws(c, size_t(T * qc));
-  Buf<float> lse(c.tr, keep == Keep::All ? Category::Activations : Category::Workspace, size_t(T * d.hq));
-  core_attention_fwd(c, l.sliding, r.q.data(), r.k.data(), r.v.data(), o.data(), lse.data());
-  WS go;
-  const float* oproj_in = o.data();
-  if (d.gate) {
-    go = ws(c, size_t(T * qc));
-    output_gate(o.data(), r.gate.data(), go.data(), size_t(T * qc));
-    oproj_in = go.data();
-  }
-  row_parallel(c, oproj_in, wd(w, u.off.wo), y, qc, H);
-  round_bf16_inplace(y, size_t(R * H));
-  if (keep == Keep::InputOnly) return;
-  if (keep == Keep::All) {
-    sv.n1 = save16(c, n1.data(), n1.size());
-    sv.lse = std::move(lse);
-  }
-  sv.q = save16(c, r.q.data(), r.q.size());
-  sv.k = save16(c, r.k.data(), r.k.size());
-  sv.v = save16(c, r.v.data(), r.v.size());
-  sv.o = save16(c, o.data(), o.size());
-  if (d.gate) {
-    sv.gate = save16(c, r.gate.data(), r.gate.size());
-    sv.go = save16(c, go.data(), go.size());
-  }
-}
-
-// dy: gradient of the mixer output; writes dn1 (gradient of the pre-mixer norm output).
-void attention_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l,
-                   LayerSaved& sv, const float* dy, float* dn1) {
-  const Dims& d = c.d;
-  const int64_t T = c.tokens, H = d.H, qc = d.q_cols(), kvc = d.kv_cols(), L = c.seq_local;
-  WS o = load(c, sv.o);
-  WS gate, go;
-  if (d.gate) {
-    gate = load(c, sv.gate);
-    go = load(c, sv.go);
-  }
-  WS dgo = ws(c, size_t(T * qc));
-  row_parallel_bwd(c, d.gate ? go.data() : o.data(), wd(w, u.off.wo), dy, dgo.data(), gd(g, u.off.wo), qc, H);
-  WS dO = ws(c, size_t(T * qc)), dgate = ws(c, d.gate ? size_t(T * qc) : 0);
-  if (d.gate) output_gate_bwd(dgo.data(), o.data(), gate.data(), dO.data(), dgate.data(), size_t(T * qc));
-  else std::copy(dgo.data(), dgo.data() + T * qc, dO.data());
-  go.reset();
-  dgo.reset();
-  WS q = load(c, sv.q), k = load(c, sv.k), v = load(c, sv.v);
-  WS dq = ws(c, size_t(T * qc)), dk = ws(c, size_t(T * kvc)), dv = ws(c, size_t(T * kvc));
-  for (int b = 0; b < c.mb; ++b) {
-    FullKV kv = gather_kv(c, k.data() + b * L * kvc, v.data() + b * L * kvc);
-    attention_seq_bwd(c, l.sliding, q.data() + b * L * qc, kv, o.data() + b * L * qc,
-                      sv.lse.data() + int64_t(b) * d.hq * L, dO.data() + b * L * qc, dq.data() + b * L * qc,
-                      dk.data() + b * L * kvc, dv.data() + b * L * kvc);
-  }
-  q.reset();
-  k.reset();
-  v.reset();
-  o.reset();
-  dO.reset();
-  rope_all(c, dq.data(), d.hq, true);
-  rope_all(c, dk.data(), d.hkv, true);
-  WS n1_mine = load(c, sv.n1);
-  const Rows n1 = sp_gather(c, n1_mine.data(), H);  // the saved rows, re-gathered (sequence parallelism)
-  if (d.qk_norm) {
-    // The norms' inputs are the raw projections: recomputed from n1 (one GEMM) rather than kept.
-    WS raw;
-    QKV pre = project_qkv(c, u, w, n1.p, &raw);
-    const int64_t P = d.qkv_cols();
-    WS qr = ws(c, size_t(T * qc)), kr = ws(c, size_t(T * kvc));
-    cols_out(raw.data(), P, 0, T, 0, qc, qr.data());
-    cols_out(raw.data(), P, 0, T, qc * (d.gate ? 2 : 1), kvc, kr.data());
-    rmsnorm_bwd(qr.data(), wd(w, u.off.q_norm), dq.data(), dq.data(), gd(g, u.off.q_norm), T * d.hq, d.hd, false);
-    rmsnorm_bwd(kr.data(), wd(w, u.off.k_norm), dk.data(), dk.data(), gd(g, u.off.k_norm), T * d.hkv, d.hd, false);
-  }
-  const int64_t P = d.qkv_cols();
-  WS dP = ws(c, size_t(T * P));
-  int64_t col = 0;
-  cols_in(dP.data(), P, 0, T, col, qc, dq.data(), false);
-  col += qc;
-  if (d.gate) {
-    cols_in(dP.data(), P, 0, T, col, qc, dgate.data(), false);
-    col += qc;
-  }
-  cols_in(dP.data(), P, 0, T, col, kvc, dk.data(), false);
-  col += kvc;
-  cols_in(dP.data(), P, 0, T, col, kvc, dv.data(), false);
-  col_parallel_bwd(c, n1.p, wd(w, u.off.w_qkv), dP.data(), dn1, gd(g, u.off.w_qkv), H, P);
-}
+// One sequence's CP chunks in positional order: rank j holds chunks j and 2cp-1-j (load-balanced causal CP).
+int64_t cp_chunk_pos(const Ctx& c, int rank, int ch) { return int64_t(ch == 0 ? rank : 2 * c.cp - 1 - rank) * c.chunk_len; }
 
 // ---------------------------------------------------------------- gated DeltaNet, state passing over CP
 
@@ -431,21 +148,21 @@ void gdn_seq_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, int b, const fl
     const float* hist_in = has_prev ? msg.data() + gs.S : nullptr;
     // causal conv1d + SiLU over q, k, v
     WS xs = ws(c, size_t(Sc * gs.C)), ys = ws(c, size_t(Sc * gs.C));
-    cols_out(proj, gs.P, r0, Sc, 0, gs.C, xs.data());
+    HostOps::cols_out(proj, gs.P, r0, Sc, 0, gs.C, xs.data());
     const linear_attention::Conv cv{Sc, gs.C, d.conv, true};
     linear_attention::conv1d_forward_cpu(cv, xs.data(), hist_in, convw.data(), nullptr, ys.data());
     round_bf16_inplace(ys.data(), ys.size());
-    cols_in(conv_out, gs.C, r0, Sc, 0, gs.C, ys.data(), false);
+    HostOps::cols_in(conv_out, gs.C, r0, Sc, 0, gs.C, ys.data());
     WS next = ws(c, size_t(gs.S + gs.hist));
     linear_attention::conv1d_next_history(cv, xs.data(), hist_in, next.data() + gs.S);
     // gated delta rule
     WS q = ws(c, size_t(Sc * gs.kd)), k = ws(c, size_t(Sc * gs.kd)), v = ws(c, size_t(Sc * gs.vd));
     WS g = ws(c, size_t(Sc * lv)), be = ws(c, size_t(Sc * lv));
-    cols_out(ys.data(), gs.C, 0, Sc, 0, gs.kd, q.data());
-    cols_out(ys.data(), gs.C, 0, Sc, gs.kd, gs.kd, k.data());
-    cols_out(ys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, v.data());
-    cols_out(gb, 2 * lv, r0, Sc, 0, lv, g.data());
-    cols_out(gb, 2 * lv, r0, Sc, lv, lv, be.data());
+    HostOps::cols_out(ys.data(), gs.C, 0, Sc, 0, gs.kd, q.data());
+    HostOps::cols_out(ys.data(), gs.C, 0, Sc, gs.kd, gs.kd, k.data());
+    HostOps::cols_out(ys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, v.data());
+    HostOps::cols_out(gb, 2 * lv, r0, Sc, 0, lv, g.data());
+    HostOps::cols_out(gb, 2 * lv, r0, Sc, lv, lv, be.data());
     WS o = ws(c, size_t(Sc * gs.vd));
     const linear_attention::Shape sh{Sc, d.lk, d.lv, d.dk, d.dv};
     linear_attention::Stats st;
@@ -453,7 +170,7 @@ void gdn_seq_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, int b, const fl
                                   next.data(), la_opts(), &st);
     { Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes)); }
     round_bf16_inplace(o.data(), o.size());
-    cols_in(la_o, gs.vd, r0, Sc, 0, gs.vd, o.data(), false);
+    HostOps::cols_in(la_o, gs.vd, r0, Sc, 0, gs.vd, o.data());
     if (c.cp > 1 && !cp_state_in && seg < 2 * c.cp - 1) {
       if (owner(seg + 1, c.cp) == c.cp_rank) {
         std::copy(next.data(), next.data() + next.size(), carry.data());
@@ -496,7 +213,7 @@ void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Kee
     gdn_seq_fwd(c, u, w, b, proj.data(), gb.data(), conv.data(), la_o.data(), cp_state.empty() ? nullptr : cp_state.data(),
                 rebuild_state ? rebuild_state->data() : nullptr);
   WS z = ws(c, size_t(T * gs.vd)), gn = ws(c, size_t(T * gs.vd));
-  cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
+  HostOps::cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
   gated_norm(la_o.data(), z.data(), wd(w, u.off.gnorm), gn.data(), T, d.lv, d.dv);
   round_bf16_inplace(gn.data(), gn.size());
   row_parallel(c, gn.data(), wd(w, u.off.w_out), y, gs.vd, H);
@@ -536,15 +253,15 @@ void gdn_seq_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad&
     const float* state_in = saved;
     const float* hist_in = saved ? saved + gs.S : nullptr;
     WS ys = ws(c, size_t(Sc * gs.C));
-    cols_out(conv, gs.C, r0, Sc, 0, gs.C, ys.data());
+    HostOps::cols_out(conv, gs.C, r0, Sc, 0, gs.C, ys.data());
     WS q = ws(c, size_t(Sc * gs.kd)), k = ws(c, size_t(Sc * gs.kd)), v = ws(c, size_t(Sc * gs.vd));
     WS gg = ws(c, size_t(Sc * lv)), be = ws(c, size_t(Sc * lv)), dO = ws(c, size_t(Sc * gs.vd));
-    cols_out(ys.data(), gs.C, 0, Sc, 0, gs.kd, q.data());
-    cols_out(ys.data(), gs.C, 0, Sc, gs.kd, gs.kd, k.data());
-    cols_out(ys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, v.data());
-    cols_out(gb, 2 * lv, r0, Sc, 0, lv, gg.data());
-    cols_out(gb, 2 * lv, r0, Sc, lv, lv, be.data());
-    cols_out(dla_o, gs.vd, r0, Sc, 0, gs.vd, dO.data());
+    HostOps::cols_out(ys.data(), gs.C, 0, Sc, 0, gs.kd, q.data());
+    HostOps::cols_out(ys.data(), gs.C, 0, Sc, gs.kd, gs.kd, k.data());
+    HostOps::cols_out(ys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, v.data());
+    HostOps::cols_out(gb, 2 * lv, r0, Sc, 0, lv, gg.data());
+    HostOps::cols_out(gb, 2 * lv, r0, Sc, lv, lv, be.data());
+    HostOps::cols_out(dla_o, gs.vd, r0, Sc, 0, gs.vd, dO.data());
     WS dq = ws(c, size_t(Sc * gs.kd)), dk = ws(c, size_t(Sc * gs.kd)), dv = ws(c, size_t(Sc * gs.vd));
     WS dg = ws(c, size_t(Sc * lv)), dbe = ws(c, size_t(Sc * lv));
     WS out = ws(c, size_t(gs.S + gs.hist));  // dS | d_history for the previous segment
@@ -556,10 +273,10 @@ void gdn_seq_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad&
     { Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes)); }
     // conv1d + SiLU backward
     WS dys = ws(c, size_t(Sc * gs.C)), xs = ws(c, size_t(Sc * gs.C)), dxs = ws(c, size_t(Sc * gs.C));
-    cols_in(dys.data(), gs.C, 0, Sc, 0, gs.kd, dq.data(), false);
-    cols_in(dys.data(), gs.C, 0, Sc, gs.kd, gs.kd, dk.data(), false);
-    cols_in(dys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, dv.data(), false);
-    cols_out(proj, gs.P, r0, Sc, 0, gs.C, xs.data());
+    HostOps::cols_in(dys.data(), gs.C, 0, Sc, 0, gs.kd, dq.data());
+    HostOps::cols_in(dys.data(), gs.C, 0, Sc, gs.kd, gs.kd, dk.data());
+    HostOps::cols_in(dys.data(), gs.C, 0, Sc, 2 * gs.kd, gs.vd, dv.data());
+    HostOps::cols_out(proj, gs.P, r0, Sc, 0, gs.C, xs.data());
     WS dcw = ws(c, size_t(gs.C * d.conv));
     const linear_attention::Conv cv{Sc, gs.C, d.conv, true};
     linear_attention::conv1d_backward_cpu(cv, xs.data(), hist_in, convw, nullptr, dys.data(), dxs.data(),
@@ -567,7 +284,7 @@ void gdn_seq_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad&
     for (size_t i = 0; i < dcw.size(); ++i) dconvw[i] += dcw[i];
     if (has_next)  // the next segment's history is this segment's last conv-1 input rows
       for (int64_t i = 0; i < gs.hist; ++i) dxs[size_t((Sc - (d.conv - 1)) * gs.C + i)] += in[size_t(gs.S + i)];
-    cols_in(dproj, gs.P, r0, Sc, 0, gs.C, dxs.data(), false);
+    HostOps::cols_in(dproj, gs.P, r0, Sc, 0, gs.C, dxs.data());
     // decay and beta backward into the a and b columns
     const int64_t bcol = 2 * gs.kd + 2 * gs.vd, acol = bcol + lv;
     for (int64_t t = 0; t < Sc; ++t)
@@ -606,13 +323,13 @@ void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
   gn.reset();
   WS proj = load(c, sv.proj), la_o = load(c, sv.la_o);
   WS z = ws(c, size_t(T * gs.vd)), dz = ws(c, size_t(T * gs.vd)), dla = ws(c, size_t(T * gs.vd));
-  cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
+  HostOps::cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
   gated_norm_bwd(la_o.data(), z.data(), wd(w, u.off.gnorm), dgn.data(), dla.data(), dz.data(), gd(g, u.off.gnorm), T,
                  d.lv, d.dv);
   la_o.reset();
   dgn.reset();
   WS dproj = ws(c, size_t(T * gs.P));
-  cols_in(dproj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, dz.data(), false);
+  HostOps::cols_in(dproj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, dz.data());
   z.reset();
   dz.reset();
   WS conv = load(c, sv.conv);
@@ -805,12 +522,9 @@ Buf<bf16> concat16(Ctx& c, const moe::MoeSaved& s, F member) {
   return b;
 }
 
-// bf16(SwiGLU(h1)) of bf16 fc1 outputs [rows x 2f], as saved activations.
 Buf<bf16> swiglu16(Ctx& c, const Buf<bf16>& h1, int64_t f) {
-  const int64_t rows = int64_t(h1.size()) / (2 * f);
-  WS x = load(c, h1), act = ws(c, size_t(rows * f));
-  swiglu_fwd(x.data(), act.data(), rows, f);
-  return save16(c, act.data(), act.size());
+  HostOps o{c.tr};
+  return impl::swiglu16(o, h1, f);
 }
 
 void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
@@ -931,141 +645,7 @@ void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, 
   acc(g.expert + u.off.w2, mg.w2);
 }
 
-// ---------------------------------------------------------------- dense MLP
-
-void mlp_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y) {
-  const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
-  WS h1 = ws(c, size_t(T * 2 * F)), act = ws(c, size_t(T * F));
-  matmul(c.tr, sp_gather(c, n2, H).p, wd(w, u.off.mlp_w1), h1.data(), T, H, 2 * F);
-  round_bf16_inplace(h1.data(), h1.size());
-  swiglu_fwd(h1.data(), act.data(), T, F);
-  round_bf16_inplace(act.data(), act.size());
-  row_parallel(c, act.data(), wd(w, u.off.mlp_w2), y, F, H);
-  round_bf16_inplace(y, size_t(c.rows * H));
-  if (keep == Keep::InputOnly) return;
-  sv.fc1 = save16(c, h1.data(), h1.size());
-  if (keep == Keep::All) sv.act = save16(c, act.data(), act.size());
-}
-
-void mlp_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* n2,
-             const float* dy, float* dn2) {
-  const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
-  WS act = load(c, sv.act), h1 = load(c, sv.fc1);
-  WS dact = ws(c, size_t(T * F)), dh1 = ws(c, size_t(T * 2 * F));
-  row_parallel_bwd(c, act.data(), wd(w, u.off.mlp_w2), dy, dact.data(), gd(g, u.off.mlp_w2), F, H);
-  swiglu_back(h1.data(), dact.data(), dh1.data(), T, F);
-  col_parallel_bwd(c, sp_gather(c, n2, H).p, wd(w, u.off.mlp_w1), dh1.data(), dn2, gd(g, u.off.mlp_w1), H, 2 * F);
-}
-
-// ---------------------------------------------------------------- selective-recompute rebuild
-
-// Rebuilds what selective recompute dropped (norm outputs, core attention's lse, the MLP activations), as
-// activations of the layer being backpropagated (estimator: the rebuilt working set).
-void rebuild_selective(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, LayerSaved& sv) {
-  const Dims& d = c.d;
-  const int64_t T = c.tokens, R = c.rows, H = d.H;
-  WS x = load(c, sv.x);
-  WS n1 = ws(c, size_t(R * H));
-  rmsnorm(x.data(), wd(w, u.off.norm1), n1.data(), R, H);
-  round_bf16_inplace(n1.data(), n1.size());
-  sv.n1 = save16(c, n1.data(), n1.size());
-  WS y = ws(c, size_t(R * H));
-  if (l.mixer == MixerKind::FullAttention) {
-    WS q = load(c, sv.q), k = load(c, sv.k), v = load(c, sv.v), o = ws(c, size_t(T * d.q_cols()));
-    sv.lse = Buf<float>(c.tr, Category::Activations, size_t(T * d.hq));
-    core_attention_fwd(c, l.sliding, q.data(), k.data(), v.data(), o.data(), sv.lse.data());
-    WS go = load(c, d.gate ? sv.go : sv.o);
-    row_parallel(c, go.data(), wd(w, u.off.wo), y.data(), d.q_cols(), H);
-  } else {
-    WS gn = load(c, sv.gn);
-    row_parallel(c, gn.data(), wd(w, u.off.w_out), y.data(), d.vdim(), H);
-  }
-  round_bf16_inplace(y.data(), y.size());
-  for (int64_t i = 0; i < R * H; ++i) y[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
-  sv.r = save16(c, y.data(), y.size());
-  if (l.ffn == FfnKind::Dense) {
-    WS h1 = load(c, sv.fc1), act = ws(c, size_t(T * d.F));
-    swiglu_fwd(h1.data(), act.data(), T, d.F);
-    sv.act = save16(c, act.data(), act.size());
-  } else {
-    sv.eact = swiglu16(c, sv.h1, d.moe.expert_ffn / d.etp);
-    if (!sv.sh1.empty()) sv.sact = swiglu16(c, sv.sh1, d.shared_local);
-  }
-}
-
-}  // namespace
-
-void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep, LayerSaved& sv,
-                   float* out) {
-  const int64_t T = c.rows, H = c.d.H;
-  WS x = load(c, sv.x);
-  WS y = ws(c, size_t(T * H));
-  if (l.mixer == MixerKind::FullAttention) attention_fwd(c, u, w, l, x.data(), keep, sv, y.data());
-  else gdn_fwd(c, u, w, x.data(), keep, sv, nullptr, y.data());
-  WS r = ws(c, size_t(T * H));
-  for (int64_t i = 0; i < T * H; ++i) r[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
-  x.reset();
-  WS n2 = ws(c, size_t(T * H));
-  rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
-  round_bf16_inplace(n2.data(), n2.size());
-  if (keep == Keep::All) sv.r = save16(c, r.data(), r.size());
-  if (l.ffn == FfnKind::Dense) mlp_fwd(c, u, w, n2.data(), keep, sv, y.data());
-  else moe_fwd(c, u, w, n2.data(), keep, sv, y.data());
-  for (int64_t i = 0; i < T * H; ++i) out[i] = round_bf16(r[size_t(i)] + y[size_t(i)]);
-}
-
-void layer_backward(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l, Keep keep,
-                    LayerSaved& sv_in, const float* dout, float* dx) {
-  const int64_t T = c.rows, H = c.d.H;
-  LayerSaved rebuilt;
-  LayerSaved* sv = &sv_in;
-  if (keep == Keep::InputOnly) {
-    // Full recompute: the layer runs forward again from its saved input, keeping everything, then backward.
-    WS x = load(c, sv_in.x);
-    WS y = ws(c, size_t(T * H));
-    if (l.mixer == MixerKind::FullAttention) attention_fwd(c, u, w, l, x.data(), Keep::All, rebuilt, y.data());
-    else gdn_fwd(c, u, w, x.data(), Keep::All, rebuilt, &sv_in.cp_state, y.data());
-    WS r = ws(c, size_t(T * H));
-    for (int64_t i = 0; i < T * H; ++i) r[size_t(i)] = round_bf16(x[size_t(i)] + y[size_t(i)]);
-    WS n2 = ws(c, size_t(T * H));
-    rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
-    round_bf16_inplace(n2.data(), n2.size());
-    rebuilt.r = save16(c, r.data(), r.size());
-    if (l.ffn == FfnKind::Dense) mlp_fwd(c, u, w, n2.data(), Keep::All, rebuilt, y.data());
-    else moe_fwd(c, u, w, n2.data(), Keep::All, rebuilt, y.data());
-    rebuilt.cp_state = std::move(sv_in.cp_state);
-    rebuilt.x = std::move(sv_in.x);
-    sv = &rebuilt;
-  } else if (keep == Keep::Selective) {
-    rebuild_selective(c, u, w, l, sv_in);
-  }
-  LayerSaved& s = *sv;
-  // FFN: dR = dout + norm2_bwd(ffn_bwd(dout))
-  WS r = load(c, s.r);
-  WS n2 = ws(c, size_t(T * H));
-  rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
-  round_bf16_inplace(n2.data(), n2.size());
-  WS dn2 = ws(c, size_t(T * H));
-  if (l.ffn == FfnKind::Dense) mlp_bwd(c, u, w, g, s, n2.data(), dout, dn2.data());
-  else moe_bwd(c, u, w, g, s, n2.data(), dout, dn2.data());
-  WS dr = ws(c, size_t(T * H));
-  std::copy(dout, dout + T * H, dr.data());
-  rmsnorm_bwd(r.data(), wd(w, u.off.norm2), dn2.data(), dr.data(), gd(g, u.off.norm2), T, H, true);
-  r.reset();
-  n2.reset();
-  dn2.reset();
-  // mixer: dx = dR + norm1_bwd(mixer_bwd(dR))
-  WS dn1 = ws(c, size_t(T * H));
-  if (l.mixer == MixerKind::FullAttention) attention_bwd(c, u, w, g, l, s, dr.data(), dn1.data());
-  else gdn_bwd(c, u, w, g, s, dr.data(), dn1.data());
-  WS x = load(c, s.x);
-  std::copy(dr.data(), dr.data() + T * H, dx);
-  rmsnorm_bwd(x.data(), wd(w, u.off.norm1), dn1.data(), dx, gd(g, u.off.norm1), T, H, true);
-  sv_in = LayerSaved{};
-  rebuilt = LayerSaved{};
-}
-
-namespace {
+// ---------------------------------------------------------------- the loss
 
 // Materialized cross-entropy over a vocabulary shard (Megatron-LM megatron/core/tensor_parallel/cross_entropy.py,
 // _VocabParallelCrossEntropy): fp32 logits [tokens x vocab/tp], the row maximum, the sum of exponentials and the
@@ -1107,15 +687,90 @@ double vocab_parallel_ce(Ctx& c, const float* h, const float* W, const int64_t* 
 
 }  // namespace
 
-double loss_forward_backward(Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g, const float* x,
-                             const int64_t* targets, double grad_scale, float* dx) {
-  const int64_t T = c.tokens, R = c.rows, H = c.d.H, V = c.d.Vl;
+// ---------------------------------------------------------------- HostOps (layer_ops_host.h)
+
+void HostOps::row_parallel(Ctx& c, const float* x, const bf16* W, float* y, int64_t k, int64_t n) {
+  exec::row_parallel(c, x, W, y, k, n);
+}
+void HostOps::col_parallel_bwd(Ctx& c, const float* x_all, const bf16* W, const float* dy, float* dx, float* dW,
+                               int64_t k, int64_t n) {
+  exec::col_parallel_bwd(c, x_all, W, dy, dx, dW, k, n);
+}
+
+void HostOps::attention_fwd(Ctx& c, const attention::Shape& s, const float* q, const float* k, const float* v, float* o,
+                            float* lse, const attention::Options& opt) {
+  attention::Stats st;
+  attention::forward_cpu(s, q, k, v, o, lse, opt, &st);
+  Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
+}
+
+void HostOps::attention_bwd(Ctx& c, const attention::Shape& s, const float* q, const float* k, const float* v,
+                            const float* o, const float* lse, const float* d_o, float* dq, float* dk, float* dv,
+                            const attention::Options& opt) {
+  attention::Stats st;
+  attention::backward_cpu(s, q, k, v, o, lse, d_o, dq, dk, dv, opt, &st);
+  Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
+}
+
+// Under CP the local chunks of every rank are all-gathered (bf16, the stored precision) over the CP group and put
+// back in sequence order.
+HostOps::FullKV HostOps::gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
+  const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
+  FullKV kv{ws(size_t(c.seq * kvc)), ws(size_t(c.seq * kvc))};
+  if (c.cp == 1) {
+    std::copy(k_loc, k_loc + L * kvc, kv.k.data());
+    std::copy(v_loc, v_loc + L * kvc, kv.v.data());
+    return kv;
+  }
+  Buf<bf16> mine(c.tr, Category::Workspace, size_t(L * 2 * kvc));
+  for (int64_t t = 0; t < L; ++t) {
+    exec::to_bf16(k_loc + t * kvc, mine.data() + t * 2 * kvc, size_t(kvc));
+    exec::to_bf16(v_loc + t * kvc, mine.data() + t * 2 * kvc + kvc, size_t(kvc));
+  }
+  Buf<bf16> all(c.tr, Category::Workspace, size_t(c.cp * L * 2 * kvc));
+  comm::all_gather(c.pg.cp, mine.data(), all.data(), size_t(L * 2 * kvc), comm::DType::BF16);
+  for (int j = 0; j < c.cp; ++j)
+    for (int ch = 0; ch < 2; ++ch) {
+      const int64_t pos = cp_chunk_pos(c, j, ch);
+      for (int64_t t = 0; t < Sc; ++t) {
+        const bf16* src = all.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
+        to_f32(src, kv.k.data() + (pos + t) * kvc, size_t(kvc));
+        to_f32(src + kvc, kv.v.data() + (pos + t) * kvc, size_t(kvc));
+      }
+    }
+  return kv;
+}
+
+// dK/dV back to the ranks owning the keys: rank-major [rank][its two chunks][k | v], reduce-scattered (sum).
+void HostOps::scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc) {
+  const int64_t kvc = c.d.kv_cols(), Sc = c.chunk_len, L = c.seq_local;
+  if (c.cp == 1) {
+    std::copy(dK, dK + L * kvc, dk_loc);
+    std::copy(dV, dV + L * kvc, dv_loc);
+    return;
+  }
+  Buf<float> packed = ws(size_t(c.cp * L * 2 * kvc)), mine = ws(size_t(L * 2 * kvc));
+  for (int j = 0; j < c.cp; ++j)
+    for (int ch = 0; ch < 2; ++ch) {
+      const int64_t pos = cp_chunk_pos(c, j, ch);
+      for (int64_t t = 0; t < Sc; ++t) {
+        float* dst = packed.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
+        std::copy(dK + (pos + t) * kvc, dK + (pos + t + 1) * kvc, dst);
+        std::copy(dV + (pos + t) * kvc, dV + (pos + t + 1) * kvc, dst + kvc);
+      }
+    }
+  comm::reduce_scatter(c.pg.cp, packed.data(), mine.data(), size_t(L * 2 * kvc), comm::DType::F32,
+                       comm::ReduceOp::Sum);
+  for (int64_t t = 0; t < L; ++t) {
+    std::copy(mine.data() + t * 2 * kvc, mine.data() + t * 2 * kvc + kvc, dk_loc + t * kvc);
+    std::copy(mine.data() + t * 2 * kvc + kvc, mine.data() + (t + 1) * 2 * kvc, dv_loc + t * kvc);
+  }
+}
+
+double HostOps::cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
+                              Buf<float>& dh, Buf<float>& dW) {
+  const int64_t T = c.tokens, H = c.d.H, V = c.d.Vl;
   const bool vp = c.tp > 1;  // vocabulary-parallel LM head
-  WS h = ws(c, size_t(R * H));
-  rmsnorm(x, fn_w, h.data(), R, H);
-  round_bf16_inplace(h.data(), h.size());
-  const Rows hall = sp_gather(c, h.data(), H);  // the LM head sees every local token (Megatron gathers before it)
-  WS W = widen(c.tr, head_w, size_t(V * H));
   linear_ce::Problem p;
   p.tokens = T;
   p.hidden = H;
@@ -1128,64 +783,80 @@ double loss_forward_backward(Ctx& c, const bf16* fn_w, const bf16* head_w, float
   o.reduction = linear_ce::Reduction::Sum;
   o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, V);
   o.token_tile = std::max<int64_t>(1, T);  // one tile of every local token: the estimator's tokens x tile term
-  Buf<float> lse(c.tr, Category::Logits, size_t(T));
-  // Linear CE's fp32 d_hidden accumulator is a logits term of the estimator; the materialized path's is an ordinary
-  // activation gradient (workspace). Both hold every local token's (summed over the vocabulary shards).
-  Buf<float> dh;
-  WS dW;
-  const float gl = float(grad_scale);
   float loss = 0;
   linear_ce::Stats st;
   const auto F32 = linear_ce::DType::F32;
   if (c.linear_ce) {
-    if (vp) linear_ce::forward_vocab_parallel_cpu(c.pg.tp, p, F32, hall.p, W.data(), targets, &loss, lse.data(), o, &st);
-    else linear_ce::forward_cpu(p, F32, hall.p, W.data(), targets, &loss, lse.data(), o, &st);
+    if (vp) linear_ce::forward_vocab_parallel_cpu(c.pg.tp, p, F32, h, W, targets, &loss, lse, o, &st);
+    else linear_ce::forward_cpu(p, F32, h, W, targets, &loss, lse, o, &st);
     { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
     dh = Buf<float>(c.tr, Category::Logits, size_t(T * H));
-    dW = ws(c, size_t(V * H));
+    dW = ws(size_t(V * H));
     if (vp)
-      linear_ce::backward_vocab_parallel_cpu(c.pg.tp, p, F32, hall.p, W.data(), targets, lse.data(), &gl, dh.data(),
-                                             dW.data(), o, &st);
+      linear_ce::backward_vocab_parallel_cpu(c.pg.tp, p, F32, h, W, targets, lse, &gl, dh.data(), dW.data(), o, &st);
     else
-      linear_ce::backward_cpu(p, F32, hall.p, W.data(), targets, lse.data(), &gl, dh.data(), dW.data(), o, &st);
+      linear_ce::backward_cpu(p, F32, h, W, targets, lse, &gl, dh.data(), dW.data(), o, &st);
     { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
   } else if (vp) {
     dh = Buf<float>(c.tr, Category::Workspace, size_t(T * H));
-    dW = ws(c, size_t(V * H));
-    loss = float(vocab_parallel_ce(c, hall.p, W.data(), targets, gl, lse.data(), dh.data(), dW.data()));
+    dW = ws(size_t(V * H));
+    loss = float(vocab_parallel_ce(c, h, W, targets, gl, lse, dh.data(), dW.data()));
   } else {
-    linear_ce::forward_naive_cpu(p, F32, hall.p, W.data(), targets, &loss, lse.data(), o, &st);
+    linear_ce::forward_naive_cpu(p, F32, h, W, targets, &loss, lse, o, &st);
     { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
     dh = Buf<float>(c.tr, Category::Workspace, size_t(T * H));
-    dW = ws(c, size_t(V * H));
-    linear_ce::backward_naive_cpu(p, F32, hall.p, W.data(), targets, lse.data(), &gl, dh.data(), dW.data(), o, &st);
+    dW = ws(size_t(V * H));
+    linear_ce::backward_naive_cpu(p, F32, h, W, targets, lse, &gl, dh.data(), dW.data(), o, &st);
     { Tracker::Charge scratch(c.tr, Category::Logits, double(st.peak_extra_bytes)); }
   }
-  for (int64_t i = 0; i < V * H; ++i) head_g[i] += dW[size_t(i)];
-  // This rank's rows of d_hidden (sequence parallelism: the gather's backward keeps the rank's own part).
-  rmsnorm_bwd(x, fn_w, dh.data() + int64_t(c.tp_rank) * R * H, dx, fn_g, R, H, false);
   return loss;
 }
 
+void HostOps::gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Keep keep, LayerSaved& sv,
+                      const Buf<float>* rebuild_state, float* y) {
+  exec::gdn_fwd(c, u, w, x, keep, sv, rebuild_state, y);
+}
+void HostOps::gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv,
+                      const float* dy, float* dn1) {
+  exec::gdn_bwd(c, u, w, g, sv, dy, dn1);
+}
+void HostOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv,
+                      float* y) {
+  exec::moe_fwd(c, u, w, n2, keep, sv, y);
+}
+void HostOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv,
+                      const float* n2, const float* dy, float* dn2) {
+  exec::moe_bwd(c, u, w, g, sv, n2, dy, dn2);
+}
+
+// ---------------------------------------------------------------- layers.h: the host instance of layers_impl.h
+
+void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep, LayerSaved& sv,
+                   float* out) {
+  HostOps o{c.tr};
+  impl::layer_forward(o, c, u, w, l, keep, sv, out);
+}
+
+void layer_backward(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l, Keep keep,
+                    LayerSaved& sv, const float* dout, float* dx) {
+  HostOps o{c.tr};
+  impl::layer_backward(o, c, u, w, g, l, keep, sv, dout, dx);
+}
+
+double loss_forward_backward(Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g, const float* x,
+                             const int64_t* targets, double grad_scale, float* dx) {
+  HostOps o{c.tr};
+  return impl::loss_forward_backward(o, c, fn_w, head_w, fn_g, head_g, x, targets, grad_scale, dx);
+}
+
 void embedding_forward(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x) {
-  const int64_t H = c.d.H, R = c.rows;
-  if (c.tp == 1) {
-    for (int64_t t = 0; t < R; ++t) std::copy(table + tokens[t] * H, table + (tokens[t] + 1) * H, x + t * H);
-    return;
-  }
-  // Rows outside this rank's shard are zero; the reduce-scatter sums the one rank holding each row into its owner
-  // (Megatron VocabParallelEmbedding + reduce_scatter_to_sequence_parallel_region): exact, one non-zero per element.
-  const int64_t T = c.tokens, V0 = c.d.V0, Vl = c.d.Vl;
-  WS all = ws(c, size_t(T * H)), mine = ws(c, size_t(R * H));
-  embedding_rows(table, tokens, T, H, V0, Vl, all.data());
-  sp_reduce_scatter(c, all.data(), mine.data(), H);
-  to_bf16(mine.data(), x, size_t(R * H));
+  HostOps o{c.tr};
+  impl::embedding_forward(o, c, table, tokens, x);
 }
 
 void embedding_backward(Ctx& c, const int64_t* tokens, const float* dx, float* g) {
-  const int64_t H = c.d.H, V0 = c.d.V0, Vl = c.d.Vl;
-  const Rows d = sp_gather(c, dx, H);
-  embedding_rows_bwd(tokens, d.p, c.tokens, H, V0, Vl, g);
+  HostOps o{c.tr};
+  impl::embedding_backward(o, c, tokens, dx, g);
 }
 
 }  // namespace lcplan::exec

@@ -48,30 +48,33 @@ struct Ctx {
 // What a layer keeps from forward to backward (README "What each number means").
 enum class Keep : uint8_t { All, Selective, InputOnly };
 
-// Saved tensors of one layer for one microbatch; an empty Buf is a tensor not kept.
-struct LayerSaved {
-  Buf<bf16> x;  // layer input (kept in every mode)
+// Saved tensors of one layer for one microbatch; an empty buffer is a tensor not kept. B is the backend's buffer:
+// Buf (host) or cuda::DeviceBuf (layers_cuda.h), the same tensors in the same categories on both.
+template <template <class> class B>
+struct BasicLayerSaved {
+  B<bf16> x;                 // layer input (kept in every mode)
   // full attention
-  Buf<bf16> n1;              // pre-mixer norm output (dropped by selective)
-  Buf<bf16> q, k, v;         // after qk-norm and RoPE (flash-attention inputs)
-  Buf<bf16> o;               // attention output
-  Buf<float> lse;            // fp32 log-sum-exp [chunk][heads x chunk_len] (dropped by selective)
-  Buf<bf16> gate, go;        // output gate and gated output (o_proj input)
+  B<bf16> n1;                // pre-mixer norm output (dropped by selective)
+  B<bf16> q, k, v;           // after qk-norm and RoPE (flash-attention inputs)
+  B<bf16> o;                 // attention output
+  B<float> lse;              // fp32 log-sum-exp [chunk][heads x chunk_len] (dropped by selective)
+  B<bf16> gate, go;          // output gate and gated output (o_proj input)
   // gated DeltaNet
-  Buf<bf16> proj;            // in_proj outputs q, k, v, z, b, a
-  Buf<bf16> conv;            // conv1d + SiLU outputs (delta-rule q, k, v)
-  Buf<float> gb;             // decay g and beta, fp32
-  Buf<bf16> la_o, gn;        // delta-rule output, gated-norm output (out_proj input)
-  Buf<float> cp_state;       // CP only: state and conv history entering each segment (not in the estimator)
+  B<bf16> proj;              // in_proj outputs q, k, v, z, b, a
+  B<bf16> conv;              // conv1d + SiLU outputs (delta-rule q, k, v)
+  B<float> gb;               // decay g and beta, fp32
+  B<bf16> la_o, gn;          // delta-rule output, gated-norm output (out_proj input)
+  B<float> cp_state;         // CP only: state and conv history entering each segment (not in the estimator)
   // FFN
-  Buf<bf16> r;               // mid-layer residual, kept in the estimator's pre-FFN norm-output slot (same size)
-  Buf<bf16> fc1, act;        // dense MLP: fc1 output, activation (dropped by selective)
-  Buf<float> logits, probs;  // MoE router logits and probabilities, fp32
-  Buf<bf16> xe, yp, h1, eact;  // MoE: dispatched tokens (expert side), expert outputs before the weighted sum,
-                               // expert fc1 output, expert activation (dropped by selective)
-  Buf<bf16> sh1, sact;       // shared expert fc1 output and activation (dropped by selective)
-  Buf<int64_t> moe_meta;     // MoE routing counts per (peer, chunk, local expert) and chunk row offsets
+  B<bf16> r;                 // mid-layer residual, kept in the estimator's pre-FFN norm-output slot (same size)
+  B<bf16> fc1, act;          // dense MLP: fc1 output, activation (dropped by selective)
+  B<float> logits, probs;    // MoE router logits and probabilities, fp32
+  B<bf16> xe, yp, h1, eact;  // MoE: dispatched tokens (expert side), expert outputs before the weighted sum,
+                             // expert fc1 output, expert activation (dropped by selective)
+  B<bf16> sh1, sact;         // shared expert fc1 output and activation (dropped by selective)
+  B<int64_t> moe_meta;       // MoE routing counts per (peer, chunk, local expert) and chunk row offsets
 };
+using LayerSaved = BasicLayerSaved<Buf>;
 
 // x: the layer's input (bf16 [rows x hidden], owned by sv.x). Writes the layer output into `out` (fp32 [rows x
 // hidden], bf16 values).

@@ -195,6 +195,11 @@ __global__ void add_kernel(const float* x, float* y, size_t n) {
     y[i] += x[i];
 }
 
+__global__ void residual_kernel(const float* a, const float* b, float* out, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = math::residual_y(a[i], b[i]);
+}
+
 // Launched with one block of kThreads.
 __global__ void sum_squares_kernel(const float* x, size_t n, double* out) {
   double s = 0;
@@ -333,6 +338,12 @@ void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, 
 void add_inplace(const float* x, float* y, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(x, y, n);
+  check_launch();
+}
+
+void residual(const float* a, const float* b, float* out, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  residual_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(a, b, out, n);
   check_launch();
 }
 

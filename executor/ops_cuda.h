@@ -61,6 +61,8 @@ void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, 
 
 // y[i] += x[i] over n elements (the FSDP shard's gradient accumulation).
 void add_inplace(const float* x, float* y, size_t n, cudaStream_t stream);
+// out[i] = bf16(a[i] + b[i]) (the residual connection; out may equal a or b).
+void residual(const float* a, const float* b, float* out, size_t n, cudaStream_t stream);
 // *out (device) = sum of x[i]^2 over n elements in fp64: one block, each thread over its strided elements in order,
 // then a fixed tree, so the value does not depend on the launch (the gradient norm is deterministic).
 void sum_squares(const float* x, size_t n, double* out, cudaStream_t stream);

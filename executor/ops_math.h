@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/common/bf16.h"
 #include "kernels/common/hd.h"
 
 namespace lcplan::exec::math {
@@ -22,6 +23,9 @@ LCPLAN_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // 1 / rms from the row's fp64 sum of squares over h elements.
 LCPLAN_HD double rms_rstd(double sumsq, int64_t h) { return 1.0 / sqrt(sumsq / double(h) + double(kNormEps)); }
+
+// ---- Residual connection: the sum of two bf16-valued tensors, stored in bf16 ----
+LCPLAN_HD float residual_y(float a, float b) { return round_bf16(a + b); }
 
 // ---- RMSNorm ----
 // Forward element with the fp32-rounded rstd.

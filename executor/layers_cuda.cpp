@@ -1,0 +1,267 @@
+#include "executor/layers_cuda.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "executor/layers_impl.h"
+#include "executor/ops_cuda.h"
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/linear_ce/linear_ce_cuda.h"
+#include "kernels/linear_ce/linear_ce_vocab_parallel_cuda.h"
+
+namespace lcplan::exec::cuda {
+
+std::string device_layer_support_error(const Ctx& c, const std::vector<LayerSpec>& layers) {
+  for (const LayerSpec& l : layers) {
+    if (l.mixer != MixerKind::FullAttention)
+      return "the GPU backend runs full-attention layers only (gated DeltaNet and MLA layers run on --backend cpu)";
+    if (l.ffn != FfnKind::Dense)
+      return "the GPU backend runs dense MLP layers only (MoE layers run on --backend cpu)";
+  }
+  if (c.cp > 1)
+    return "the GPU backend runs cp = 1 only (cp = " + std::to_string(c.cp) +
+           ": context parallelism runs on --backend cpu)";
+  if (!c.linear_ce) return "the GPU backend computes the loss with linear CE only (give linear_ce: true)";
+  return "";
+}
+
+namespace {
+
+// Scratch for one call, charged to `cat` while the call's work is queued (freeing it waits for the device).
+DeviceBuf<float> scratch(Tracker& t, Category cat, size_t bytes) {
+  return DeviceBuf<float>(t, cat, (bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+}  // namespace
+
+DeviceBuf<bf16> DeviceOps::save16(const float* x, size_t n) {
+  DeviceBuf<bf16> b(tr, Category::Activations, n);
+  cuda::to_bf16(x, b.data(), n, stream);
+  return b;
+}
+
+DeviceBuf<float> DeviceOps::save32(const float* x, size_t n) {
+  DeviceBuf<float> b(tr, Category::Activations, n);
+  copy(x, n, b.data());
+  return b;
+}
+
+DeviceBuf<float> DeviceOps::widen(const bf16* x, size_t n) {
+  DeviceBuf<float> b = ws(n);
+  cuda::to_f32(x, b.data(), n, stream);
+  return b;
+}
+
+void DeviceOps::round(float* x, size_t n) { round_bf16_inplace(x, n, stream); }
+void DeviceOps::to_bf16(const float* x, bf16* y, size_t n) { cuda::to_bf16(x, y, n, stream); }
+void DeviceOps::copy(const float* src, size_t n, float* dst) {
+  if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+}
+void DeviceOps::accumulate(const float* src, float* dst, size_t n) { add_inplace(src, dst, n, stream); }
+void DeviceOps::residual(const float* a, const float* b, float* out, size_t n) { cuda::residual(a, b, out, n, stream); }
+
+void DeviceOps::cols_out(const float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, float* out) {
+  if (rows == 0 || n == 0) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(out, size_t(n) * sizeof(float), m + r0 * cols + c0, size_t(cols) * sizeof(float),
+                               size_t(n) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, stream));
+}
+void DeviceOps::cols_in(float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, const float* in) {
+  if (rows == 0 || n == 0) return;
+  CUDA_CHECK(cudaMemcpy2DAsync(m + r0 * cols + c0, size_t(cols) * sizeof(float), in, size_t(n) * sizeof(float),
+                               size_t(n) * sizeof(float), size_t(rows), cudaMemcpyDeviceToDevice, stream));
+}
+
+void DeviceOps::matmul(const float* x, const bf16* W, float* y, int64_t rows, int64_t k, int64_t n) {
+  const size_t bytes = matmul_workspace_bytes(k, n);
+  DeviceBuf<float> w = scratch(tr, Category::Workspace, bytes);
+  cuda::matmul(handle, x, W, y, rows, k, n, w.data(), bytes, stream);
+}
+
+void DeviceOps::matmul_bwd(const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t rows, int64_t k,
+                           int64_t n) {
+  const size_t bytes = matmul_workspace_bytes(k, n);
+  DeviceBuf<float> w = scratch(tr, Category::Workspace, bytes);
+  cuda::matmul_bwd(handle, x, W, dy, dx, dW, rows, k, n, false, w.data(), bytes, stream);
+}
+
+// Megatron RowParallelLinear with sequence parallelism: the fp32 partial sums over this rank's k columns,
+// reduce-scattered over TP into this rank's rows (the host sums fp64 partials; here fp32, as Megatron does).
+void DeviceOps::row_parallel(Ctx& c, const float* x, const bf16* W, float* y, int64_t k, int64_t n) {
+  if (c.tp == 1) return matmul(x, W, y, c.tokens, k, n);
+  DeviceBuf<float> partial = ws(size_t(c.tokens * n));
+  matmul(x, W, partial.data(), c.tokens, k, n);
+  comm::reduce_scatter(c.pg.tp, partial.data(), y, size_t(c.rows * n), comm::DType::F32, comm::ReduceOp::Sum);
+}
+
+// ColumnParallelLinear backward: dW += x_all^T dy; the input gradient, a partial sum over TP, reduce-scattered.
+void DeviceOps::col_parallel_bwd(Ctx& c, const float* x_all, const bf16* W, const float* dy, float* dx, float* dW,
+                                 int64_t k, int64_t n) {
+  if (c.tp == 1) return matmul_bwd(x_all, W, dy, dx, dW, c.tokens, k, n);
+  DeviceBuf<float> partial = ws(size_t(c.tokens * k));
+  matmul_bwd(x_all, W, dy, partial.data(), dW, c.tokens, k, n);
+  comm::reduce_scatter(c.pg.tp, partial.data(), dx, size_t(c.rows * k), comm::DType::F32, comm::ReduceOp::Sum);
+}
+
+void DeviceOps::rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h) {
+  cuda::rmsnorm(x, w, y, rows, h, stream);
+}
+void DeviceOps::rmsnorm_bwd(const float* x, const bf16* w, const float* dy, float* dx, float* dw, int64_t rows,
+                            int64_t h, bool accumulate_dx) {
+  const size_t bytes = norm_bwd_workspace_bytes(rows);
+  DeviceBuf<float> s = scratch(tr, Category::Workspace, bytes);
+  cuda::rmsnorm_bwd(x, w, dy, dx, dw, rows, h, accumulate_dx, s.data(), bytes, stream);
+}
+void DeviceOps::output_gate(const float* o, const float* gate, float* go, size_t n) {
+  cuda::output_gate(o, gate, go, n, stream);
+}
+void DeviceOps::output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate,
+                                size_t n) {
+  cuda::output_gate_bwd(dgo, o, gate, d_o, d_gate, n, stream);
+}
+void DeviceOps::swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f) {
+  cuda::swiglu_fwd(h1, act, rows, f, stream);
+}
+void DeviceOps::swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f) {
+  cuda::swiglu_back(h1, dact, dh1, rows, f, stream);
+}
+void DeviceOps::embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                               float* out) {
+  cuda::embedding_rows(table, tokens, T, h, V0, Vl, out, stream);
+}
+void DeviceOps::embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0,
+                                   int64_t Vl, float* g) {
+  cuda::embedding_rows_bwd(tokens, dy, T, h, V0, Vl, g, stream);
+}
+// The whole table is this rank's shard (no TP): its rows widened and rounded back, which is exact.
+void DeviceOps::embed_rows16(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x) {
+  const int64_t H = c.d.H;
+  DeviceBuf<float> rows = ws(size_t(c.rows * H));
+  cuda::embedding_rows(table, tokens, c.rows, H, 0, c.d.V, rows.data(), stream);
+  cuda::to_bf16(rows.data(), x, rows.size(), stream);
+}
+
+void DeviceOps::rope(int64_t len, int64_t heads, int64_t hd, float* x, const attention::RopeOptions& o,
+                     bool backward) {
+  if (backward) attention::cuda::rope_backward(len, heads, hd, x, x, o, stream);
+  else attention::cuda::rope_forward(len, heads, hd, x, x, o, stream);
+}
+
+void DeviceOps::attention_fwd(Ctx&, const attention::Shape& s, const float* q, const float* k, const float* v, float* o,
+                              float* lse, const attention::Options& opt) {
+  attention::cuda::forward(s, q, k, v, o, lse, opt, stream);
+}
+
+void DeviceOps::attention_bwd(Ctx&, const attention::Shape& s, const float* q, const float* k, const float* v,
+                              const float* o, const float* lse, const float* d_o, float* dq, float* dk, float* dv,
+                              const attention::Options& opt) {
+  const size_t bytes = attention::cuda::backward_workspace_bytes(s);
+  DeviceBuf<float> w = scratch(tr, Category::Workspace, bytes);
+  attention::cuda::backward(s, q, k, v, o, lse, d_o, dq, dk, dv, opt, w.data(), bytes, stream);
+}
+
+DeviceOps::FullKV DeviceOps::gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
+  if (c.cp != 1) throw std::logic_error("DeviceOps::gather_kv: cp > 1 (device_layer_support_error refuses it)");
+  const int64_t kvc = c.d.kv_cols(), L = c.seq_local;
+  FullKV kv{ws(size_t(c.seq * kvc)), ws(size_t(c.seq * kvc))};
+  copy(k_loc, size_t(L * kvc), kv.k.data());
+  copy(v_loc, size_t(L * kvc), kv.v.data());
+  return kv;
+}
+
+void DeviceOps::scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc) {
+  if (c.cp != 1) throw std::logic_error("DeviceOps::scatter_dkv: cp > 1 (device_layer_support_error refuses it)");
+  const int64_t kvc = c.d.kv_cols(), L = c.seq_local;
+  copy(dK, size_t(L * kvc), dk_loc);
+  copy(dV, size_t(L * kvc), dv_loc);
+}
+
+double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
+                                DeviceBuf<float>& dh, DeviceBuf<float>& dW) {
+  if (!c.linear_ce) throw std::logic_error("DeviceOps::cross_entropy: materialized logits (refused before the step)");
+  const int64_t T = c.tokens, H = c.d.H, V = c.d.Vl;
+  const bool vp = c.tp > 1;  // vocabulary-parallel LM head
+  linear_ce::Problem p;
+  p.tokens = T;
+  p.hidden = H;
+  p.vocab = V;
+  if (vp) {
+    p.vocab_start = c.d.V0;
+    p.vocab_total = c.d.V;
+  }
+  linear_ce::Options o;
+  o.reduction = linear_ce::Reduction::Sum;
+  o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, V);
+  o.token_tile = std::max<int64_t>(1, T);  // one tile of every local token, as the host runs it
+  const auto F32 = linear_ce::DType::F32;
+  const size_t bytes = linear_ce::cuda::workspace_bytes(p, F32, o);
+  // The loss and the gradient scale live on the device for the kernels; one float each.
+  DeviceBuf<float> scalars = ws(2);
+  CUDA_CHECK(cudaMemcpyAsync(scalars.data() + 1, &gl, sizeof(float), cudaMemcpyHostToDevice, stream));
+  {
+    DeviceBuf<float> w = scratch(tr, Category::Logits, bytes);  // the kernel's tiles: the estimator's logits term
+    if (vp)
+      linear_ce::cuda::forward_vocab_parallel(c.pg.tp, handle, p, F32, h, W, targets, scalars.data(), lse, o, w.data(),
+                                              bytes, stream);
+    else
+      linear_ce::cuda::forward(handle, p, F32, h, W, targets, scalars.data(), lse, o, w.data(), bytes, stream);
+  }
+  dh = DeviceBuf<float>(tr, Category::Logits, size_t(T * H));
+  dW = ws(size_t(V * H));
+  {
+    DeviceBuf<float> w = scratch(tr, Category::Logits, bytes);
+    if (vp)
+      linear_ce::cuda::backward_vocab_parallel(c.pg.tp, handle, p, F32, h, W, targets, lse, scalars.data() + 1,
+                                               dh.data(), dW.data(), o, w.data(), bytes, stream);
+    else
+      linear_ce::cuda::backward(handle, p, F32, h, W, targets, lse, scalars.data() + 1, dh.data(), dW.data(), o,
+                                w.data(), bytes, stream);
+  }
+  float loss = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&loss, scalars.data(), sizeof(float), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return loss;
+}
+
+void DeviceOps::gdn_fwd(Ctx&, const UnitLayout&, const UnitView&, const float*, Keep, DeviceLayerSaved&,
+                        const DeviceBuf<float>*, float*) {
+  throw std::logic_error("DeviceOps::gdn_fwd: gated DeltaNet is not on the device (refused before the step)");
+}
+void DeviceOps::gdn_bwd(Ctx&, const UnitLayout&, const UnitView&, const UnitGrad&, DeviceLayerSaved&, const float*,
+                        float*) {
+  throw std::logic_error("DeviceOps::gdn_bwd: gated DeltaNet is not on the device (refused before the step)");
+}
+void DeviceOps::moe_fwd(Ctx&, const UnitLayout&, const UnitView&, const float*, Keep, DeviceLayerSaved&, float*) {
+  throw std::logic_error("DeviceOps::moe_fwd: MoE is not on the device (refused before the step)");
+}
+void DeviceOps::moe_bwd(Ctx&, const UnitLayout&, const UnitView&, const UnitGrad&, DeviceLayerSaved&, const float*,
+                        const float*, float*) {
+  throw std::logic_error("DeviceOps::moe_bwd: MoE is not on the device (refused before the step)");
+}
+
+// ---------------------------------------------------------------- the device instance of layers_impl.h
+
+void layer_forward(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep,
+                   DeviceLayerSaved& sv, float* out) {
+  impl::layer_forward(o, c, u, w, l, keep, sv, out);
+}
+
+void layer_backward(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g,
+                    const LayerSpec& l, Keep keep, DeviceLayerSaved& sv, const float* dout, float* dx) {
+  impl::layer_backward(o, c, u, w, g, l, keep, sv, dout, dx);
+}
+
+double loss_forward_backward(DeviceOps& o, Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g,
+                             const float* x, const int64_t* targets, double grad_scale, float* dx) {
+  return impl::loss_forward_backward(o, c, fn_w, head_w, fn_g, head_g, x, targets, grad_scale, dx);
+}
+
+void embedding_forward(DeviceOps& o, Ctx& c, const bf16* table, const int64_t* tokens, bf16* x) {
+  impl::embedding_forward(o, c, table, tokens, x);
+}
+
+void embedding_backward(DeviceOps& o, Ctx& c, const int64_t* tokens, const float* dx, float* g) {
+  impl::embedding_backward(o, c, tokens, dx, g);
+}
+
+}  // namespace lcplan::exec::cuda

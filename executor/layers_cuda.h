@@ -1,0 +1,110 @@
+// The GPU backend's decoder layers: layers_impl.h's orchestration (the one the host layers run and the paired and
+// memory tests check) on DeviceOps, which calls the device ops of ops_cuda.h, the CUDA attention and linear-CE kernels
+// and NCCL groups, every call on one stream. Every tensor is a DeviceBuf charged to the tracker's categories exactly
+// where the host layer charges its Buf, so peaks per phase come from the same code.
+//
+// Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows), dense SwiGLU MLPs, the
+// embedding and the linear-CE loss, with TP + sequence parallelism (fp32 partial sums reduce-scattered, where the
+// host reduces fp64) and every recompute mode. Refused with one sentence (device_layer_support_error): context
+// parallelism, gated DeltaNet, MoE, materialized logits.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "executor/device_buf_cuda.h"
+#include "executor/layers.h"
+#include "kernels/attention/attention.h"
+
+namespace lcplan::exec::cuda {
+
+using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
+
+// Empty when the device layers run this layout and model, else one sentence naming what they lack.
+std::string device_layer_support_error(const Ctx& c, const std::vector<LayerSpec>& layers);
+
+// The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
+// enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and
+// attention backward workspaces, linear-CE tiles) is a DeviceBuf per call, charged while the call runs.
+struct DeviceOps {
+  template <class T>
+  using Buf = DeviceBuf<T>;
+  Tracker& tr;
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+
+  Buf<float> ws(size_t n) { return Buf<float>(tr, Category::Workspace, n); }
+  Buf<bf16> save16(const float* x, size_t n);
+  Buf<float> save32(const float* x, size_t n);
+  Buf<float> load(const Buf<bf16>& b) { return widen(b.data(), b.size()); }
+  Buf<float> widen(const bf16* x, size_t n);
+
+  void round(float* x, size_t n);
+  void to_bf16(const float* x, bf16* y, size_t n);
+  void copy(const float* src, size_t n, float* dst);
+  void accumulate(const float* src, float* dst, size_t n);
+  void residual(const float* a, const float* b, float* out, size_t n);
+  void cols_out(const float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, float* out);
+  void cols_in(float* m, int64_t cols, int64_t r0, int64_t rows, int64_t c0, int64_t n, const float* in);
+
+  void matmul(const float* x, const bf16* W, float* y, int64_t rows, int64_t k, int64_t n);
+  void matmul_bwd(const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t rows, int64_t k,
+                  int64_t n);
+  void row_parallel(Ctx& c, const float* x, const bf16* W, float* y, int64_t k, int64_t n);
+  void col_parallel_bwd(Ctx& c, const float* x_all, const bf16* W, const float* dy, float* dx, float* dW, int64_t k,
+                        int64_t n);
+
+  void rmsnorm(const float* x, const bf16* w, float* y, int64_t rows, int64_t h);
+  void rmsnorm_bwd(const float* x, const bf16* w, const float* dy, float* dx, float* dw, int64_t rows, int64_t h,
+                   bool accumulate_dx);
+  void output_gate(const float* o, const float* gate, float* go, size_t n);
+  void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n);
+  void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f);
+  void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f);
+  void embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                      float* out);
+  void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0, int64_t Vl,
+                          float* g);
+  void embed_rows16(Ctx& c, const bf16* table, const int64_t* tokens, bf16* x);
+
+  void rope(int64_t len, int64_t heads, int64_t hd, float* x, const attention::RopeOptions& o, bool backward);
+  void attention_fwd(Ctx& c, const attention::Shape& s, const float* q, const float* k, const float* v, float* o,
+                     float* lse, const attention::Options& opt);
+  void attention_bwd(Ctx& c, const attention::Shape& s, const float* q, const float* k, const float* v,
+                     const float* o, const float* lse, const float* d_o, float* dq, float* dk, float* dv,
+                     const attention::Options& opt);
+  struct FullKV {
+    Buf<float> k, v;
+  };
+  FullKV gather_kv(Ctx& c, const float* k_loc, const float* v_loc);
+  void scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc);
+
+  double cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
+                       Buf<float>& dh, Buf<float>& dW);
+
+  // Not on the device (device_layer_support_error refuses them first): each throws std::logic_error.
+  void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Keep keep, DeviceLayerSaved& sv,
+               const Buf<float>* rebuild_state, float* y);
+  void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
+               const float* dy, float* dn1);
+  void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, DeviceLayerSaved& sv,
+               float* y);
+  void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
+               const float* n2, const float* dy, float* dn2);
+};
+
+// layers.h's contracts on the device: every pointer (weights, gradients, activations, tokens, targets) is device
+// memory; the returned loss is on the host (the call waits for the stream to read it).
+void layer_forward(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep,
+                   DeviceLayerSaved& sv, float* out);
+void layer_backward(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g,
+                    const LayerSpec& l, Keep keep, DeviceLayerSaved& sv, const float* dout, float* dx);
+double loss_forward_backward(DeviceOps& o, Ctx& c, const bf16* final_norm_w, const bf16* head_w, float* final_norm_g,
+                             float* head_g, const float* x, const int64_t* targets, double grad_scale, float* dx);
+void embedding_forward(DeviceOps& o, Ctx& c, const bf16* table, const int64_t* tokens, bf16* x);
+void embedding_backward(DeviceOps& o, Ctx& c, const int64_t* tokens, const float* dx, float* g);
+
+}  // namespace lcplan::exec::cuda

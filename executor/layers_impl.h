@@ -1,0 +1,466 @@
+// The decoder layers' orchestration, once for both backends (executor/README.md "GPU backend"): which tensors are
+// computed, saved, rebuilt, gathered and reduced, in which order, is this template's; what a step of it runs on is
+// its `Ops` argument. HostOps (layer_ops_host.h) runs the CPU ops, kernels and MPI groups, and is what the paired and
+// memory tests check; DeviceOps (layer_ops_cuda.h) runs ops_cuda.h, the CUDA kernels and NCCL groups on one stream.
+// So a device layer allocates, charges and communicates exactly what the tested host layer does.
+//
+// An Ops object `o` offers (pointers are the backend's: host or device memory; c is the layer's Ctx):
+//   template <class T> using Buf;  Tracker& tr;
+//   ws(n), save16(x, n), save32(x, n), load(bf16 buf), widen(bf16*, n)        workspace / activations / fp32 copies
+//   round(x, n), to_bf16(x, y, n), copy(src, n, dst), accumulate(src, dst, n) (dst += src),
+//   residual(a, b, out, n) (out = bf16(a + b)), cols_out(...), cols_in(...)    elementwise and column copies
+//   matmul, matmul_bwd, row_parallel(c, ...), col_parallel_bwd(c, ...)        GEMMs (TP reductions inside the last two)
+//   rmsnorm, rmsnorm_bwd, output_gate, output_gate_bwd, swiglu_fwd, swiglu_back, embedding_rows, embedding_rows_bwd,
+//   embed_rows16(c, table, tokens, x) (whole-table rows, no TP)                the small ops of ops.h
+//   rope(len, heads, hd, x, opts, backward), attention_fwd(c, shape, ...), attention_bwd(c, shape, ...),
+//   gather_kv(c, k, v), scatter_dkv(c, dK, dV, dk, dv)                         core attention and its CP exchange
+//   cross_entropy(c, h, W, targets, gl, lse, dh, dW)                           the loss over the gathered tokens
+//   gdn_fwd, gdn_bwd, moe_fwd, moe_bwd                                         mixers and FFNs the host runs alone
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "executor/layers.h"
+
+namespace lcplan::exec::impl {
+
+template <class Ops>
+using WsOf = typename Ops::template Buf<float>;
+
+inline const bf16* wd(const UnitView& w, size_t off) { return w.dense + off; }
+inline float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
+
+// A [tokens x w] tensor: this rank's rows all-gathered over TP, or (without TP) the rows themselves, not copied.
+template <class Ops>
+struct Rows {
+  WsOf<Ops> buf;
+  const float* p = nullptr;
+};
+
+// Sequence-parallel all-gather (Megatron gather_from_sequence_parallel_region): [rows x w] -> [tokens x w] in TP-rank
+// order. The values are bf16-exact, so gathering fp32 moves the same numbers a bf16 all-gather would.
+template <class Ops>
+Rows<Ops> sp_gather(Ops& o, Ctx& c, const float* mine, int64_t w) {
+  if (c.tp == 1) return {WsOf<Ops>(), mine};
+  Rows<Ops> r{o.ws(size_t(c.tokens * w)), nullptr};
+  comm::all_gather(c.pg.tp, mine, r.buf.data(), size_t(c.rows * w), comm::DType::F32);
+  r.p = r.buf.data();
+  return r;
+}
+
+// Row-parallel GEMM backward: dy [rows x n] all-gathered; dx [tokens x k] = dy W^T, dW += x^T dy.
+template <class Ops>
+void row_parallel_bwd(Ops& o, Ctx& c, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t k,
+                      int64_t n) {
+  const Rows<Ops> d = sp_gather(o, c, dy, n);
+  o.matmul_bwd(x, W, d.p, dx, dW, c.tokens, k, n);
+}
+
+// ---------------------------------------------------------------- full attention, context parallel
+
+inline attention::Options attn_opts(const Ctx& c, bool sliding, int ch) {
+  attention::Options opt;
+  opt.causal = true;
+  opt.window = sliding ? c.d.window : 0;
+  opt.q_start = c.chunk_start(ch);
+  opt.k_start = 0;
+  return opt;
+}
+
+// One sequence: q [seq_local x hq x hd] -> o, lse [chunk][hq x chunk_len], against the whole sequence's K/V.
+template <class Ops, class KV>
+void attention_seq_fwd(Ops& o, Ctx& c, bool sliding, const float* q, const KV& kv, float* out, float* lse) {
+  const int64_t qc = c.d.q_cols(), Sc = c.chunk_len;
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    const attention::Options opt = attn_opts(c, sliding, ch);
+    const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
+    o.attention_fwd(c, s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), out + ch * Sc * qc, lse + ch * c.d.hq * Sc, opt);
+  }
+}
+
+template <class Ops, class KV>
+void attention_seq_bwd(Ops& o, Ctx& c, bool sliding, const float* q, const KV& kv, const float* out, const float* lse,
+                       const float* d_o, float* dq, float* dk_loc, float* dv_loc) {
+  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), Sc = c.chunk_len;
+  WsOf<Ops> dK = o.ws(size_t(c.seq * kvc)), dV = o.ws(size_t(c.seq * kvc));
+  for (int ch = 0; ch < c.chunks; ++ch) {
+    const attention::Options opt = attn_opts(c, sliding, ch);
+    const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
+    WsOf<Ops> tk = o.ws(size_t(s.sk * kvc)), tv = o.ws(size_t(s.sk * kvc));
+    o.attention_bwd(c, s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), out + ch * Sc * qc, lse + ch * c.d.hq * Sc,
+                    d_o + ch * Sc * qc, dq + ch * Sc * qc, tk.data(), tv.data(), opt);
+    o.accumulate(tk.data(), dK.data(), size_t(s.sk * kvc));
+    o.accumulate(tv.data(), dV.data(), size_t(s.sk * kvc));
+  }
+  o.scatter_dkv(c, dK.data(), dV.data(), dk_loc, dv_loc);
+}
+
+template <class Ops>
+void rope_all(Ops& o, Ctx& c, float* x, int64_t heads, bool backward) {
+  if (c.d.rotary == 0) return;
+  const int64_t w = heads * c.d.hd;
+  for (int b = 0; b < c.mb; ++b)
+    for (int ch = 0; ch < c.chunks; ++ch) {
+      attention::RopeOptions ro;
+      ro.rotary_dim = c.d.rotary;
+      ro.theta = c.rope_theta;
+      ro.start = c.chunk_start(ch);
+      o.rope(c.chunk_len, heads, c.d.hd, x + (int64_t(b) * c.seq_local + ch * c.chunk_len) * w, ro, backward);
+    }
+}
+
+template <class Ops>
+struct QKV {
+  WsOf<Ops> q, gate, k, v;
+};
+
+// Projections, qk-norm and RoPE from the pre-mixer norm output (values rounded to bf16 as stored).
+template <class Ops>
+QKV<Ops> project_qkv(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const float* n1, WsOf<Ops>* raw_out) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, qc = d.q_cols(), kvc = d.kv_cols(), P = d.qkv_cols();
+  WsOf<Ops> P_ = o.ws(size_t(T * P));
+  o.matmul(n1, wd(w, u.off.w_qkv), P_.data(), T, d.H, P);
+  o.round(P_.data(), P_.size());
+  QKV<Ops> r{o.ws(size_t(T * qc)), o.ws(d.gate ? size_t(T * qc) : 0), o.ws(size_t(T * kvc)), o.ws(size_t(T * kvc))};
+  int64_t col = 0;
+  o.cols_out(P_.data(), P, 0, T, col, qc, r.q.data());
+  col += qc;
+  if (d.gate) {
+    o.cols_out(P_.data(), P, 0, T, col, qc, r.gate.data());
+    col += qc;
+  }
+  o.cols_out(P_.data(), P, 0, T, col, kvc, r.k.data());
+  col += kvc;
+  o.cols_out(P_.data(), P, 0, T, col, kvc, r.v.data());
+  if (d.qk_norm) {
+    o.rmsnorm(r.q.data(), wd(w, u.off.q_norm), r.q.data(), T * d.hq, d.hd);
+    o.rmsnorm(r.k.data(), wd(w, u.off.k_norm), r.k.data(), T * d.hkv, d.hd);
+    o.round(r.q.data(), r.q.size());
+    o.round(r.k.data(), r.k.size());
+  }
+  rope_all(o, c, r.q.data(), d.hq, false);
+  rope_all(o, c, r.k.data(), d.hkv, false);
+  o.round(r.q.data(), r.q.size());
+  o.round(r.k.data(), r.k.size());
+  if (raw_out) *raw_out = std::move(P_);
+  return r;
+}
+
+// Core attention over every sequence of the microbatch: o and lse from q, k, v.
+template <class Ops>
+void core_attention_fwd(Ops& o, Ctx& c, bool sliding, const float* q, const float* k, const float* v, float* out,
+                        float* lse) {
+  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), L = c.seq_local;
+  for (int b = 0; b < c.mb; ++b) {
+    auto kv = o.gather_kv(c, k + b * L * kvc, v + b * L * kvc);
+    attention_seq_fwd(o, c, sliding, q + b * L * qc, kv, out + b * L * qc, lse + int64_t(b) * c.d.hq * L);
+  }
+  o.round(out, size_t(c.tokens * qc));
+}
+
+// Returns the mixer output y [rows x H] (fp32, bf16 values).
+template <class Ops>
+void attention_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* x,
+                   Keep keep, BasicLayerSaved<Ops::template Buf>& sv, float* y) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, R = c.rows, H = d.H, qc = d.q_cols();
+  WsOf<Ops> n1 = o.ws(size_t(R * H));
+  o.rmsnorm(x, wd(w, u.off.norm1), n1.data(), R, H);
+  o.round(n1.data(), n1.size());
+  QKV<Ops> r = project_qkv(o, c, u, w, sp_gather(o, c, n1.data(), H).p, nullptr);
+  WsOf<Ops> out = o.ws(size_t(T * qc));
+  WsOf<Ops> lse(c.tr, keep == Keep::All ? Category::Activations : Category::Workspace, size_t(T * d.hq));
+  core_attention_fwd(o, c, l.sliding, r.q.data(), r.k.data(), r.v.data(), out.data(), lse.data());
+  WsOf<Ops> go;
+  const float* oproj_in = out.data();
+  if (d.gate) {
+    go = o.ws(size_t(T * qc));
+    o.output_gate(out.data(), r.gate.data(), go.data(), size_t(T * qc));
+    oproj_in = go.data();
+  }
+  o.row_parallel(c, oproj_in, wd(w, u.off.wo), y, qc, H);
+  o.round(y, size_t(R * H));
+  if (keep == Keep::InputOnly) return;
+  if (keep == Keep::All) {
+    sv.n1 = o.save16(n1.data(), n1.size());
+    sv.lse = std::move(lse);
+  }
+  sv.q = o.save16(r.q.data(), r.q.size());
+  sv.k = o.save16(r.k.data(), r.k.size());
+  sv.v = o.save16(r.v.data(), r.v.size());
+  sv.o = o.save16(out.data(), out.size());
+  if (d.gate) {
+    sv.gate = o.save16(r.gate.data(), r.gate.size());
+    sv.go = o.save16(go.data(), go.size());
+  }
+}
+
+// dy: gradient of the mixer output; writes dn1 (gradient of the pre-mixer norm output).
+template <class Ops>
+void attention_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l,
+                   BasicLayerSaved<Ops::template Buf>& sv, const float* dy, float* dn1) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, H = d.H, qc = d.q_cols(), kvc = d.kv_cols(), L = c.seq_local;
+  WsOf<Ops> out = o.load(sv.o);
+  WsOf<Ops> gate, go;
+  if (d.gate) {
+    gate = o.load(sv.gate);
+    go = o.load(sv.go);
+  }
+  WsOf<Ops> dgo = o.ws(size_t(T * qc));
+  row_parallel_bwd(o, c, d.gate ? go.data() : out.data(), wd(w, u.off.wo), dy, dgo.data(), gd(g, u.off.wo), qc, H);
+  WsOf<Ops> dO = o.ws(size_t(T * qc)), dgate = o.ws(d.gate ? size_t(T * qc) : 0);
+  if (d.gate) o.output_gate_bwd(dgo.data(), out.data(), gate.data(), dO.data(), dgate.data(), size_t(T * qc));
+  else o.copy(dgo.data(), size_t(T * qc), dO.data());
+  go.reset();
+  dgo.reset();
+  WsOf<Ops> q = o.load(sv.q), k = o.load(sv.k), v = o.load(sv.v);
+  WsOf<Ops> dq = o.ws(size_t(T * qc)), dk = o.ws(size_t(T * kvc)), dv = o.ws(size_t(T * kvc));
+  for (int b = 0; b < c.mb; ++b) {
+    auto kv = o.gather_kv(c, k.data() + b * L * kvc, v.data() + b * L * kvc);
+    attention_seq_bwd(o, c, l.sliding, q.data() + b * L * qc, kv, out.data() + b * L * qc,
+                      sv.lse.data() + int64_t(b) * d.hq * L, dO.data() + b * L * qc, dq.data() + b * L * qc,
+                      dk.data() + b * L * kvc, dv.data() + b * L * kvc);
+  }
+  q.reset();
+  k.reset();
+  v.reset();
+  out.reset();
+  dO.reset();
+  rope_all(o, c, dq.data(), d.hq, true);
+  rope_all(o, c, dk.data(), d.hkv, true);
+  WsOf<Ops> n1_mine = o.load(sv.n1);
+  const Rows<Ops> n1 = sp_gather(o, c, n1_mine.data(), H);  // the saved rows, re-gathered (sequence parallelism)
+  if (d.qk_norm) {
+    // The norms' inputs are the raw projections: recomputed from n1 (one GEMM) rather than kept.
+    WsOf<Ops> raw;
+    QKV<Ops> pre = project_qkv(o, c, u, w, n1.p, &raw);
+    const int64_t P = d.qkv_cols();
+    WsOf<Ops> qr = o.ws(size_t(T * qc)), kr = o.ws(size_t(T * kvc));
+    o.cols_out(raw.data(), P, 0, T, 0, qc, qr.data());
+    o.cols_out(raw.data(), P, 0, T, qc * (d.gate ? 2 : 1), kvc, kr.data());
+    o.rmsnorm_bwd(qr.data(), wd(w, u.off.q_norm), dq.data(), dq.data(), gd(g, u.off.q_norm), T * d.hq, d.hd, false);
+    o.rmsnorm_bwd(kr.data(), wd(w, u.off.k_norm), dk.data(), dk.data(), gd(g, u.off.k_norm), T * d.hkv, d.hd,
+                  false);
+  }
+  const int64_t P = d.qkv_cols();
+  WsOf<Ops> dP = o.ws(size_t(T * P));
+  int64_t col = 0;
+  o.cols_in(dP.data(), P, 0, T, col, qc, dq.data());
+  col += qc;
+  if (d.gate) {
+    o.cols_in(dP.data(), P, 0, T, col, qc, dgate.data());
+    col += qc;
+  }
+  o.cols_in(dP.data(), P, 0, T, col, kvc, dk.data());
+  col += kvc;
+  o.cols_in(dP.data(), P, 0, T, col, kvc, dv.data());
+  o.col_parallel_bwd(c, n1.p, wd(w, u.off.w_qkv), dP.data(), dn1, gd(g, u.off.w_qkv), H, P);
+}
+
+// ---------------------------------------------------------------- dense MLP
+
+template <class Ops>
+void mlp_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep,
+             BasicLayerSaved<Ops::template Buf>& sv, float* y) {
+  const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
+  WsOf<Ops> h1 = o.ws(size_t(T * 2 * F)), act = o.ws(size_t(T * F));
+  o.matmul(sp_gather(o, c, n2, H).p, wd(w, u.off.mlp_w1), h1.data(), T, H, 2 * F);
+  o.round(h1.data(), h1.size());
+  o.swiglu_fwd(h1.data(), act.data(), T, F);
+  o.round(act.data(), act.size());
+  o.row_parallel(c, act.data(), wd(w, u.off.mlp_w2), y, F, H);
+  o.round(y, size_t(c.rows * H));
+  if (keep == Keep::InputOnly) return;
+  sv.fc1 = o.save16(h1.data(), h1.size());
+  if (keep == Keep::All) sv.act = o.save16(act.data(), act.size());
+}
+
+template <class Ops>
+void mlp_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g,
+             BasicLayerSaved<Ops::template Buf>& sv, const float* n2, const float* dy, float* dn2) {
+  const int64_t T = c.tokens, H = c.d.H, F = c.d.F;
+  WsOf<Ops> act = o.load(sv.act), h1 = o.load(sv.fc1);
+  WsOf<Ops> dact = o.ws(size_t(T * F)), dh1 = o.ws(size_t(T * 2 * F));
+  row_parallel_bwd(o, c, act.data(), wd(w, u.off.mlp_w2), dy, dact.data(), gd(g, u.off.mlp_w2), F, H);
+  o.swiglu_back(h1.data(), dact.data(), dh1.data(), T, F);
+  o.col_parallel_bwd(c, sp_gather(o, c, n2, H).p, wd(w, u.off.mlp_w1), dh1.data(), dn2, gd(g, u.off.mlp_w1), H,
+                     2 * F);
+}
+
+// bf16(SwiGLU(h1)) of bf16 fc1 outputs [rows x 2f], as saved activations.
+template <class Ops>
+typename Ops::template Buf<bf16> swiglu16(Ops& o, const typename Ops::template Buf<bf16>& h1, int64_t f) {
+  const int64_t rows = int64_t(h1.size()) / (2 * f);
+  WsOf<Ops> x = o.load(h1), act = o.ws(size_t(rows * f));
+  o.swiglu_fwd(x.data(), act.data(), rows, f);
+  return o.save16(act.data(), act.size());
+}
+
+// ---------------------------------------------------------------- selective-recompute rebuild
+
+// Rebuilds what selective recompute dropped (norm outputs, core attention's lse, the MLP activations), as
+// activations of the layer being backpropagated (estimator: the rebuilt working set).
+template <class Ops>
+void rebuild_selective(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l,
+                       BasicLayerSaved<Ops::template Buf>& sv) {
+  const Dims& d = c.d;
+  const int64_t T = c.tokens, R = c.rows, H = d.H;
+  WsOf<Ops> x = o.load(sv.x);
+  WsOf<Ops> n1 = o.ws(size_t(R * H));
+  o.rmsnorm(x.data(), wd(w, u.off.norm1), n1.data(), R, H);
+  o.round(n1.data(), n1.size());
+  sv.n1 = o.save16(n1.data(), n1.size());
+  WsOf<Ops> y = o.ws(size_t(R * H));
+  if (l.mixer == MixerKind::FullAttention) {
+    WsOf<Ops> q = o.load(sv.q), k = o.load(sv.k), v = o.load(sv.v), out = o.ws(size_t(T * d.q_cols()));
+    sv.lse = WsOf<Ops>(c.tr, Category::Activations, size_t(T * d.hq));
+    core_attention_fwd(o, c, l.sliding, q.data(), k.data(), v.data(), out.data(), sv.lse.data());
+    WsOf<Ops> go = o.load(d.gate ? sv.go : sv.o);
+    o.row_parallel(c, go.data(), wd(w, u.off.wo), y.data(), d.q_cols(), H);
+  } else {
+    WsOf<Ops> gn = o.load(sv.gn);
+    o.row_parallel(c, gn.data(), wd(w, u.off.w_out), y.data(), d.vdim(), H);
+  }
+  o.round(y.data(), y.size());
+  o.residual(x.data(), y.data(), y.data(), size_t(R * H));
+  sv.r = o.save16(y.data(), y.size());
+  if (l.ffn == FfnKind::Dense) {
+    WsOf<Ops> h1 = o.load(sv.fc1), act = o.ws(size_t(T * d.F));
+    o.swiglu_fwd(h1.data(), act.data(), T, d.F);
+    sv.act = o.save16(act.data(), act.size());
+  } else {
+    sv.eact = swiglu16(o, sv.h1, d.moe.expert_ffn / d.etp);
+    if (!sv.sh1.empty()) sv.sact = swiglu16(o, sv.sh1, d.shared_local);
+  }
+}
+
+// ---------------------------------------------------------------- one decoder layer
+
+template <class Ops>
+void mixer_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* x, Keep keep,
+               BasicLayerSaved<Ops::template Buf>& sv, const WsOf<Ops>* rebuild_state, float* y) {
+  if (l.mixer == MixerKind::FullAttention) attention_fwd(o, c, u, w, l, x, keep, sv, y);
+  else o.gdn_fwd(c, u, w, x, keep, sv, rebuild_state, y);
+}
+
+template <class Ops>
+void ffn_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* n2, Keep keep,
+             BasicLayerSaved<Ops::template Buf>& sv, float* y) {
+  if (l.ffn == FfnKind::Dense) mlp_fwd(o, c, u, w, n2, keep, sv, y);
+  else o.moe_fwd(c, u, w, n2, keep, sv, y);
+}
+
+template <class Ops>
+void layer_forward(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep,
+                   BasicLayerSaved<Ops::template Buf>& sv, float* out) {
+  const int64_t T = c.rows, H = c.d.H;
+  WsOf<Ops> x = o.load(sv.x);
+  WsOf<Ops> y = o.ws(size_t(T * H));
+  mixer_fwd(o, c, u, w, l, x.data(), keep, sv, nullptr, y.data());
+  WsOf<Ops> r = o.ws(size_t(T * H));
+  o.residual(x.data(), y.data(), r.data(), size_t(T * H));
+  x.reset();
+  WsOf<Ops> n2 = o.ws(size_t(T * H));
+  o.rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
+  o.round(n2.data(), n2.size());
+  if (keep == Keep::All) sv.r = o.save16(r.data(), r.size());
+  ffn_fwd(o, c, u, w, l, n2.data(), keep, sv, y.data());
+  o.residual(r.data(), y.data(), out, size_t(T * H));
+}
+
+template <class Ops>
+void layer_backward(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l,
+                    Keep keep, BasicLayerSaved<Ops::template Buf>& sv_in, const float* dout, float* dx) {
+  using Saved = BasicLayerSaved<Ops::template Buf>;
+  const int64_t T = c.rows, H = c.d.H;
+  Saved rebuilt;
+  Saved* sv = &sv_in;
+  if (keep == Keep::InputOnly) {
+    // Full recompute: the layer runs forward again from its saved input, keeping everything, then backward.
+    WsOf<Ops> x = o.load(sv_in.x);
+    WsOf<Ops> y = o.ws(size_t(T * H));
+    mixer_fwd(o, c, u, w, l, x.data(), Keep::All, rebuilt, &sv_in.cp_state, y.data());
+    WsOf<Ops> r = o.ws(size_t(T * H));
+    o.residual(x.data(), y.data(), r.data(), size_t(T * H));
+    WsOf<Ops> n2 = o.ws(size_t(T * H));
+    o.rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
+    o.round(n2.data(), n2.size());
+    rebuilt.r = o.save16(r.data(), r.size());
+    ffn_fwd(o, c, u, w, l, n2.data(), Keep::All, rebuilt, y.data());
+    rebuilt.cp_state = std::move(sv_in.cp_state);
+    rebuilt.x = std::move(sv_in.x);
+    sv = &rebuilt;
+  } else if (keep == Keep::Selective) {
+    rebuild_selective(o, c, u, w, l, sv_in);
+  }
+  Saved& s = *sv;
+  // FFN: dR = dout + norm2_bwd(ffn_bwd(dout))
+  WsOf<Ops> r = o.load(s.r);
+  WsOf<Ops> n2 = o.ws(size_t(T * H));
+  o.rmsnorm(r.data(), wd(w, u.off.norm2), n2.data(), T, H);
+  o.round(n2.data(), n2.size());
+  WsOf<Ops> dn2 = o.ws(size_t(T * H));
+  if (l.ffn == FfnKind::Dense) mlp_bwd(o, c, u, w, g, s, n2.data(), dout, dn2.data());
+  else o.moe_bwd(c, u, w, g, s, n2.data(), dout, dn2.data());
+  WsOf<Ops> dr = o.ws(size_t(T * H));
+  o.copy(dout, size_t(T * H), dr.data());
+  o.rmsnorm_bwd(r.data(), wd(w, u.off.norm2), dn2.data(), dr.data(), gd(g, u.off.norm2), T, H, true);
+  r.reset();
+  n2.reset();
+  dn2.reset();
+  // mixer: dx = dR + norm1_bwd(mixer_bwd(dR))
+  WsOf<Ops> dn1 = o.ws(size_t(T * H));
+  if (l.mixer == MixerKind::FullAttention) attention_bwd(o, c, u, w, g, l, s, dr.data(), dn1.data());
+  else o.gdn_bwd(c, u, w, g, s, dr.data(), dn1.data());
+  WsOf<Ops> x = o.load(s.x);
+  o.copy(dr.data(), size_t(T * H), dx);
+  o.rmsnorm_bwd(x.data(), wd(w, u.off.norm1), dn1.data(), dx, gd(g, u.off.norm1), T, H, true);
+  sv_in = Saved{};
+  rebuilt = Saved{};
+}
+
+// ---------------------------------------------------------------- loss and embedding
+
+template <class Ops>
+double loss_forward_backward(Ops& o, Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g,
+                             const float* x, const int64_t* targets, double grad_scale, float* dx) {
+  const int64_t T = c.tokens, R = c.rows, H = c.d.H, V = c.d.Vl;
+  WsOf<Ops> h = o.ws(size_t(R * H));
+  o.rmsnorm(x, fn_w, h.data(), R, H);
+  o.round(h.data(), h.size());
+  const Rows<Ops> hall = sp_gather(o, c, h.data(), H);  // the LM head sees every local token (Megatron gathers first)
+  WsOf<Ops> W = o.widen(head_w, size_t(V * H));
+  WsOf<Ops> lse(c.tr, Category::Logits, size_t(T));
+  // Linear CE's fp32 d_hidden accumulator is a logits term of the estimator; the materialized path's is an ordinary
+  // activation gradient (workspace). Both hold every local token's (summed over the vocabulary shards).
+  WsOf<Ops> dh, dW;
+  const double loss = o.cross_entropy(c, hall.p, W.data(), targets, float(grad_scale), lse.data(), dh, dW);
+  o.accumulate(dW.data(), head_g, size_t(V * H));
+  // This rank's rows of d_hidden (sequence parallelism: the gather's backward keeps the rank's own part).
+  o.rmsnorm_bwd(x, fn_w, dh.data() + int64_t(c.tp_rank) * R * H, dx, fn_g, R, H, false);
+  return loss;
+}
+
+template <class Ops>
+void embedding_forward(Ops& o, Ctx& c, const bf16* table, const int64_t* tokens, bf16* x) {
+  if (c.tp == 1) return o.embed_rows16(c, table, tokens, x);
+  // Rows outside this rank's shard are zero; the reduce-scatter sums the one rank holding each row into its owner
+  // (Megatron VocabParallelEmbedding + reduce_scatter_to_sequence_parallel_region): exact, one non-zero per element.
+  const int64_t H = c.d.H, R = c.rows, T = c.tokens, V0 = c.d.V0, Vl = c.d.Vl;
+  WsOf<Ops> all = o.ws(size_t(T * H)), mine = o.ws(size_t(R * H));
+  o.embedding_rows(table, tokens, T, H, V0, Vl, all.data());
+  comm::reduce_scatter(c.pg.tp, all.data(), mine.data(), size_t(R * H), comm::DType::F32, comm::ReduceOp::Sum);
+  o.to_bf16(mine.data(), x, size_t(R * H));
+}
+
+template <class Ops>
+void embedding_backward(Ops& o, Ctx& c, const int64_t* tokens, const float* dx, float* g) {
+  const int64_t H = c.d.H, V0 = c.d.V0, Vl = c.d.Vl;
+  const Rows<Ops> d = sp_gather(o, c, dx, H);
+  o.embedding_rows_bwd(tokens, d.p, c.tokens, H, V0, Vl, g);
+}
+
+}  // namespace lcplan::exec::impl
