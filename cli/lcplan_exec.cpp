@@ -1,5 +1,6 @@
-// lcplan-exec: run a plan on CPUs under mpirun (every parallel dimension; executor/README.md) and write the
-// measurement record.
+// lcplan-exec: run a plan on CPUs (every parallel dimension) or GPUs (--backend cuda: what
+// executor/executor_cuda.h device_support_error accepts) under mpirun, and write the measurement record
+// (executor/README.md).
 //   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
 //                                 [--seed S] [--timeout SECONDS] [--phase-trace trace.json] --out measured.json
 // Bad input: one sentence on every rank, exit 2, no output file. A rank that fails mid-step: every rank prints one
@@ -26,6 +27,13 @@
 #include "executor/tracking_allocator.h"
 #include "kernels/comm/comm.h"
 #include "models/zoo.h"
+#ifdef LCPLAN_EXEC_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "executor/executor_cuda.h"
+#include "kernels/common/cuda_check.h"
+#endif
 
 namespace {
 
@@ -90,11 +98,53 @@ Args parse(int argc, char** argv) {
     if (std::filesystem::weakly_canonical(a.phase_trace, e1) == std::filesystem::weakly_canonical(a.out, e2))
       throw UserError("--phase-trace " + a.phase_trace + " is the --out file; give the trace its own path");
   }
-  if (a.backend == "cuda")
-    throw UserError("--backend cuda is not available yet: lcplan-exec's GPU layers are not built (its device ops, "
-                    "memory tracking and phase timing are, executor/README.md \"GPU backend\"); use --backend cpu");
   return a;
 }
+
+#ifdef LCPLAN_EXEC_HAVE_CUDA
+// --backend cuda on this rank: what the GPU backend runs, and a device to run it on.
+void check_cuda_backend(const lcplan::exec::ScaledCase& sc) {
+  if (const std::string e = lcplan::exec::cuda::device_support_error(sc.model, sc.plan); !e.empty()) throw UserError(e);
+  if (!lcplan::gpu::device_available()) throw UserError("--backend cuda: no usable CUDA device on this rank");
+}
+
+// One device per rank (node-local rank modulo the node's devices), its stream, cuBLAS handle and NCCL world, for
+// the length of the run.
+lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm& world, const lcplan::exec::ScaledCase& sc,
+                                  const lcplan::exec::ExecOptions& o) {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(world.mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0, devices = 0;
+  MPI_CHECK(MPI_Comm_rank(node, &local));
+  MPI_CHECK(MPI_Comm_free(&node));
+  CUDA_CHECK(cudaGetDeviceCount(&devices));
+  CUDA_CHECK(cudaSetDevice(local % devices));
+  struct Session {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    lcplan::comm::Comm nccl;
+    ~Session() {
+      if (nccl.nccl) lcplan::comm::free_comm(nccl);
+      if (blas) CUBLAS_LOG(cublasDestroy(blas));
+      if (stream) CUDA_LOG(cudaStreamDestroy(stream));
+    }
+  } s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasCreate(&s.blas));
+  CUBLAS_CHECK(cublasSetStream(s.blas, s.stream));
+  s.nccl = lcplan::comm::world_nccl(s.stream);
+  return lcplan::exec::cuda::run_executor(world, s.nccl, s.stream, s.blas, sc.model, sc.plan, o);
+}
+#else
+void check_cuda_backend(const lcplan::exec::ScaledCase&) {
+  throw UserError("--backend cuda: this lcplan-exec was built without CUDA (no nvcc when it was configured); use "
+                  "--backend cpu");
+}
+lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm&, const lcplan::exec::ScaledCase&,
+                                  const lcplan::exec::ExecOptions&) {
+  throw std::logic_error("run_cuda without CUDA (check_cuda_backend refuses first)");
+}
+#endif
 
 // LCPLAN_EXEC_FAIL=rank:phase (tests): that rank throws when that phase first begins (in the first step).
 void fail_hook(lcplan::exec::ExecOptions& o, int rank) {
@@ -156,6 +206,7 @@ int main(int argc, char** argv) {
       sc = lcplan::exec::executor_case(model, plan, {a.scale, a.layers});
       // What runs must split over the plan's ranks too (vocabulary and widths over tp after scaling).
       if (const std::string e = lcplan::exec::executor_support_error(sc.model, sc.plan); !e.empty()) throw UserError(e);
+      if (a.backend == "cuda") check_cuda_backend(sc);
       // The executor's own implementation constants (its workspace reservation, its linear-CE tile).
       const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir),
                                                               lcplan::load_hardware(plan.hardware, dir).name, "lcplan-exec");
@@ -171,7 +222,8 @@ int main(int argc, char** argv) {
     }
     lcplan::comm::raise_if_any(world, err);
     running = true;
-    const lcplan::exec::ExecResult r = lcplan::exec::run_executor(world, sc.model, sc.plan, o);
+    const lcplan::exec::ExecResult r = a.backend == "cuda" ? run_cuda(world, sc, o)
+                                                           : lcplan::exec::run_executor(world, sc.model, sc.plan, o);
     if (world.rank == 0) {
       const lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
       if (!a.phase_trace.empty()) {  // before the record: a record on disk means the whole run succeeded

@@ -12,17 +12,17 @@
 
 namespace lcplan::exec::cuda {
 
-std::string device_layer_support_error(const Ctx& c, const std::vector<LayerSpec>& layers) {
+std::string device_layer_support_error(const std::vector<LayerSpec>& layers, int cp, bool linear_ce) {
   for (const LayerSpec& l : layers) {
     if (l.mixer != MixerKind::FullAttention)
       return "the GPU backend runs full-attention layers only (gated DeltaNet and MLA layers run on --backend cpu)";
     if (l.ffn != FfnKind::Dense)
       return "the GPU backend runs dense MLP layers only (MoE layers run on --backend cpu)";
   }
-  if (c.cp > 1)
-    return "the GPU backend runs cp = 1 only (cp = " + std::to_string(c.cp) +
+  if (cp > 1)
+    return "the GPU backend runs cp = 1 only (cp = " + std::to_string(cp) +
            ": context parallelism runs on --backend cpu)";
-  if (!c.linear_ce) return "the GPU backend computes the loss with linear CE only (give linear_ce: true)";
+  if (!linear_ce) return "the GPU backend computes the loss with linear CE only (give linear_ce: true)";
   return "";
 }
 

@@ -23,8 +23,9 @@ namespace lcplan::exec::cuda {
 
 using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
 
-// Empty when the device layers run this layout and model, else one sentence naming what they lack.
-std::string device_layer_support_error(const Ctx& c, const std::vector<LayerSpec>& layers);
+// Empty when the device layers run these layers with context parallelism `cp` and (linear_ce) the streamed loss, else
+// one sentence naming what they lack.
+std::string device_layer_support_error(const std::vector<LayerSpec>& layers, int cp, bool linear_ce);
 
 // The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
 // enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "executor/device_buf_cuda.h"
+#include "executor/executor_cuda.h"
 #include "executor/layers.h"
 #include "executor/layers_cuda.h"
 #include "executor/ops.h"
@@ -269,27 +270,22 @@ TEST_F(LayersCuda, LossAndEmbeddingMatchTheHost) {
   EXPECT_LT(rel_norm(download(hg_d.data(), hg_h.size()), hg_h), kRelNorm) << "LM-head gradient";
 }
 
-// What the device layers refuse, named in one sentence (pure: runs everywhere).
+// What the device layers and step refuse, named in one sentence (pure: runs everywhere).
 TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
-  Tracker t;
   const ModelSpec m = case_model(false);
-  const Dims d = make_dims(m);
-  comm::ProcessGroups pg;  // not used by the check
-  Ctx c{t, d, pg};
-  c.linear_ce = true;
-  EXPECT_EQ(cuda::device_layer_support_error(c, m.layers), "");
-  c.cp = 2;
-  EXPECT_NE(cuda::device_layer_support_error(c, m.layers).find("cp = 1 only (cp = 2"), std::string::npos);
-  c.cp = 1;
-  c.linear_ce = false;
-  EXPECT_NE(cuda::device_layer_support_error(c, m.layers).find("linear CE only"), std::string::npos);
-  c.linear_ce = true;
+  EXPECT_EQ(cuda::device_layer_support_error(m.layers, 1, true), "");
+  EXPECT_NE(cuda::device_layer_support_error(m.layers, 2, true).find("cp = 1 only (cp = 2"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(m.layers, 1, false).find("linear CE only"), std::string::npos);
   std::vector<LayerSpec> moe = m.layers;
   moe[0].ffn = FfnKind::MoE;
-  EXPECT_NE(cuda::device_layer_support_error(c, moe).find("dense MLP layers only"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(moe, 1, true).find("dense MLP layers only"), std::string::npos);
   std::vector<LayerSpec> gdn = m.layers;
   gdn[0].mixer = MixerKind::LinearAttention;
-  EXPECT_NE(cuda::device_layer_support_error(c, gdn).find("full-attention layers only"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(gdn, 1, true).find("full-attention layers only"), std::string::npos);
+  Plan p = make_plan("llama-3.1-8b", {.gpus = 2, .pp = 2});
+  EXPECT_NE(cuda::device_support_error(m, p).find("pp = 1 only (pp = 2"), std::string::npos);
+  p = make_plan("llama-3.1-8b", {.gpus = 2, .tp = 2});
+  EXPECT_EQ(cuda::device_support_error(m, p), "");
 }
 
 }  // namespace

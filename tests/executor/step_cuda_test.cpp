@@ -1,0 +1,103 @@
+// The GPU backend's step (executor/executor_cuda.h) against the CPU executor on the same scaled plans: two ranks, one
+// GPU each (`lcplan selftest --gpu` runs it from gpu_tests.tsv). Both run step_impl.h, so the same data, schedule
+// and sharding meet different ops: the loss and gradient norm of every step agree within the device's fp32-GEMM
+// rounding, and the bytes every rank holds of parameters, gradients, optimizer state and activations at each phase's
+// peak are the same (workspace and logits differ: the device's kernels take their own scratch). Skips itself without
+// two usable devices; the host half runs everywhere.
+//
+// Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
+// fp64 GEMMs, bf16 storage), after one Adam step too.
+#include <gtest/gtest.h>
+
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <string>
+
+#include "executor/executor.h"
+#include "executor/executor_cuda.h"
+#include "executor/scale.h"
+#include "kernels/comm/helpers.h"
+#include "tests/comm/gpu_ranks.h"
+#include "tests/executor/exec_util.h"
+
+namespace lcplan::exec::tests {
+namespace {
+
+struct StepCase {
+  const char* name;
+  PlanArgs args;
+};
+
+const StepCase kCases[] = {
+    {"dp2", {.gpus = 2, .seq = 4096}},
+    {"tp2", {.gpus = 2, .tp = 2, .seq = 4096}},
+    {"dp2_dist_opt_selective", {.gpus = 2, .seq = 4096, .sharding = OptimizerSharding::DistOpt,
+                                .recompute = Recompute::Selective}},
+    {"dp2_fsdp_full_recompute", {.gpus = 2, .seq = 4096, .sharding = OptimizerSharding::Fsdp,
+                                 .recompute = Recompute::Full}},
+};
+
+ScaledCase scaled(const StepCase& k) {
+  return executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", k.args), {64, 2});
+}
+
+ExecOptions options() {
+  ExecOptions o;
+  o.steps = 2;
+  o.workspace_reserve = exec_calibration().workspace_bytes;
+  o.ce_vocab_tile = int64_t(exec_calibration().linear_ce_vocab_tile / 2);
+  return o;
+}
+
+// The host half: every case runs on the CPU backend and trains (a finite loss that the Adam step lowers or keeps
+// close, a positive gradient norm), so the device half compares against a real step.
+TEST(StepCuda, HostStepsRun) {
+  helpers::World w;
+  ASSERT_EQ(w.c.size, 2) << "run with mpirun -np 2";
+  for (const StepCase& k : kCases) {
+    const ScaledCase sc = scaled(k);
+    ASSERT_EQ(cuda::device_support_error(sc.model, sc.plan), "") << k.name;
+    const ExecResult r = run_executor(w.c, sc.model, sc.plan, options());
+    ASSERT_EQ(r.loss.size(), 2u) << k.name;
+    EXPECT_TRUE(std::isfinite(r.loss[0]) && r.loss[0] > 0) << k.name;
+    EXPECT_GT(r.grad_norm[0], 0) << k.name;
+  }
+}
+
+TEST(StepCuda, MatchesTheCpuExecutor) {
+  const std::string skip = lcplan::test::gpu_skip_reason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  lcplan::test::pick_device();
+  helpers::World w;
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t blas = nullptr;
+  CUBLAS_CHECK(cublasCreate(&blas));
+  CUBLAS_CHECK(cublasSetStream(blas, stream));
+  comm::Comm nccl = comm::world_nccl(stream);
+  for (const StepCase& k : kCases) {
+    const ScaledCase sc = scaled(k);
+    const ExecResult h = run_executor(w.c, sc.model, sc.plan, options());
+    const ExecResult d = cuda::run_executor(w.c, nccl, stream, blas, sc.model, sc.plan, options());
+    ASSERT_EQ(d.loss.size(), h.loss.size()) << k.name;
+    for (size_t s = 0; s < h.loss.size(); ++s) {
+      EXPECT_NEAR(d.loss[s], h.loss[s], 1e-3 * std::abs(h.loss[s])) << k.name << " step " << s + 1 << " loss";
+      EXPECT_NEAR(d.grad_norm[s], h.grad_norm[s], 2e-2 * h.grad_norm[s]) << k.name << " step " << s + 1 << " norm";
+    }
+    for (size_t r = 0; r < h.ranks.size(); ++r)
+      for (int ph = 0; ph < kPhases; ++ph)
+        for (Category c : {Category::Params, Category::Grads, Category::Optimizer, Category::FsdpBuffers,
+                           Category::Activations}) {
+          const int i = static_cast<int>(c);
+          EXPECT_EQ(d.ranks[r].phases[ph].category_max.bytes[i], h.ranks[r].phases[ph].category_max.bytes[i])
+              << k.name << " rank " << r << " phase " << to_string(Phase(ph)) << " " << category_key(c);
+        }
+  }
+  comm::free_comm(nccl);
+  CUBLAS_LOG(cublasDestroy(blas));
+  CUDA_LOG(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace lcplan::exec::tests
