@@ -771,18 +771,9 @@ double HostOps::cross_entropy(Ctx& c, const float* h, const float* W, const int6
                               Buf<float>& dh, Buf<float>& dW) {
   const int64_t T = c.tokens, H = c.d.H, V = c.d.Vl;
   const bool vp = c.tp > 1;  // vocabulary-parallel LM head
-  linear_ce::Problem p;
-  p.tokens = T;
-  p.hidden = H;
-  p.vocab = V;
-  if (vp) {
-    p.vocab_start = c.d.V0;
-    p.vocab_total = c.d.V;
-  }
-  linear_ce::Options o;
-  o.reduction = linear_ce::Reduction::Sum;
-  o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, V);
-  o.token_tile = std::max<int64_t>(1, T);  // one tile of every local token: the estimator's tokens x tile term
+  const impl::CeCall ce = impl::ce_call(c);
+  const linear_ce::Problem& p = ce.p;
+  const linear_ce::Options& o = ce.o;
   float loss = 0;
   linear_ce::Stats st;
   const auto F32 = linear_ce::DType::F32;

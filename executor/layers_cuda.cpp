@@ -181,18 +181,9 @@ double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const in
   if (!c.linear_ce) throw std::logic_error("DeviceOps::cross_entropy: materialized logits (refused before the step)");
   const int64_t T = c.tokens, H = c.d.H, V = c.d.Vl;
   const bool vp = c.tp > 1;  // vocabulary-parallel LM head
-  linear_ce::Problem p;
-  p.tokens = T;
-  p.hidden = H;
-  p.vocab = V;
-  if (vp) {
-    p.vocab_start = c.d.V0;
-    p.vocab_total = c.d.V;
-  }
-  linear_ce::Options o;
-  o.reduction = linear_ce::Reduction::Sum;
-  o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, V);
-  o.token_tile = std::max<int64_t>(1, T);  // one tile of every local token, as the host runs it
+  const impl::CeCall ce = impl::ce_call(c);
+  const linear_ce::Problem& p = ce.p;
+  const linear_ce::Options& o = ce.o;
   const auto F32 = linear_ce::DType::F32;
   const size_t bytes = linear_ce::cuda::workspace_bytes(p, F32, o);
   // The loss and the gradient scale live on the device for the kernels; one float each.

@@ -18,10 +18,13 @@
 //   gdn_fwd, gdn_bwd, moe_fwd, moe_bwd                                         mixers and FFNs the host runs alone
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
 #include "executor/layers.h"
+#include "kernels/attention/attention.h"
+#include "kernels/linear_ce/linear_ce.h"
 
 namespace lcplan::exec::impl {
 
@@ -423,6 +426,27 @@ void layer_backward(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, cons
 }
 
 // ---------------------------------------------------------------- loss and embedding
+
+// The loss kernel's call as the executor makes it on both backends: this rank's vocabulary shard (all of it without
+// TP), every local token in one token tile (the estimator's tokens x tile term), the executor's vocabulary tile.
+struct CeCall {
+  linear_ce::Problem p;
+  linear_ce::Options o;
+};
+inline CeCall ce_call(const Ctx& c) {
+  CeCall r;
+  r.p.tokens = c.tokens;
+  r.p.hidden = c.d.H;
+  r.p.vocab = c.d.Vl;
+  if (c.tp > 1) {
+    r.p.vocab_start = c.d.V0;
+    r.p.vocab_total = c.d.V;
+  }
+  r.o.reduction = linear_ce::Reduction::Sum;
+  r.o.vocab_tile = std::min<int64_t>(c.ce_vocab_tile, c.d.Vl);
+  r.o.token_tile = std::max<int64_t>(1, c.tokens);
+  return r;
+}
 
 template <class Ops>
 double loss_forward_backward(Ops& o, Ctx& c, const bf16* fn_w, const bf16* head_w, float* fn_g, float* head_g,
