@@ -88,7 +88,8 @@ struct HostBackend {
     std::copy(v.begin(), v.end(), b.data());
     return b;
   }
-  void sync() const {}
+  void phase_end(const Tracker&) const {}
+  std::vector<std::string> notes() const { return {}; }
 };
 
 }  // namespace

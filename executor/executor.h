@@ -62,6 +62,8 @@ struct ExecResult {
   // With ExecOptions::gather_segments: every rank's phase segments in its order, on every rank; else empty.
   std::vector<std::vector<PhaseSegment>> segments;
   double setup_seconds = 0;                           // process groups, parameter initialisation
+  std::vector<std::string> notes;  // this rank's backend's remarks for the record (the GPU backend: the device's
+                                   // used memory against the tracker's, when they disagree)
   int microbatches = 1;
 };
 

@@ -1,5 +1,6 @@
 #include "executor/executor_cuda.h"
 
+#include "executor/device_memory_check.h"
 #include "executor/layers_cuda.h"
 #include "executor/param_store_cuda.h"
 #include "executor/step_impl.h"
@@ -38,7 +39,18 @@ struct DeviceBackend {
     if (!v.empty()) CUDA_CHECK(cudaMemcpy(b.data(), v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
     return b;
   }
-  void sync() const { CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  // After each phase: the stream drained, the tracker's live bytes against the growth of the device's used memory
+  // since the backend was made (device_memory_check.h); the first disagreement is kept for the record.
+  void phase_end(const Tracker& t) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (!note.empty()) return;
+    const DeviceMemoryCheck m = check_device_memory(t.live_total(), device_used_bytes(), baseline, t.live_charges());
+    if (!m.consistent) note = m.note;
+  }
+  std::vector<std::string> notes() const { return note.empty() ? std::vector<std::string>{} : std::vector{note}; }
+
+  double baseline = 0;  // the device's used bytes after the context, cuBLAS and NCCL, before the step's first buffer
+  std::string note;
 };
 
 }  // namespace
@@ -47,7 +59,7 @@ ExecResult run_executor(const comm::Comm& world, const comm::Comm& nccl_world, c
                         cublasHandle_t blas, const ModelSpec& m, const Plan& p, const ExecOptions& o) {
   if (nccl_world.backend != comm::Backend::Nccl || nccl_world.size != world.size)
     throw std::invalid_argument("the GPU step needs an NCCL world over the same ranks as the MPI world");
-  DeviceBackend be{nccl_world, stream, blas};
+  DeviceBackend be{nccl_world, stream, blas, device_used_bytes(), ""};
   return step_detail::Step<DeviceBackend>::run(world, m, p, o, be);
 }
 

@@ -153,6 +153,7 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   m.executor = ex;
   std::string notes;
   for (const std::string& n : sc.notes) notes += (notes.empty() ? "" : "; ") + n;
+  for (const std::string& n : r.notes) notes += (notes.empty() ? "" : "; ") + n;
   if (sc.mtp_dropped)
     notes += (notes.empty() ? "" : "; ") + std::string("MTP modules are not built: compare with the estimate of the "
                                                        "model with mtp_layers = 0 (the record's scale.model)");

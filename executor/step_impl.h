@@ -5,7 +5,8 @@
 //   groups(world, layout)  the process groups (MPI, or NCCL on the step's stream)
 //   mem()                  the store's memory policy; ops(tracker): the layers' Ops
 //   ids(tracker, vector)   token ids or targets where the layers read them (charged as workspace)
-//   sync()                 waits for the device's queued work (a phase's end is read after it)
+//   phase_end(tracker)     waits for the device's queued work (a phase's end is read after it), checks its memory
+//   notes()                remarks for the record
 #pragma once
 
 #include <algorithm>
@@ -199,7 +200,7 @@ struct Step {
       if (o.on_phase) o.on_phase(open);
     };
     auto end_phase = [&]() {
-      be.sync();  // the device's work of the phase is done before its end is read off the host clock
+      be.phase_end(tr);  // the device's work of the phase is done before its end is read off the host clock
       PhaseMark m = open;
       m.begin = false;
       m.seconds = since(origin);
@@ -424,6 +425,7 @@ struct Step {
       if (!o.gather_segments) segments.clear();  // bounded by one step's segments
     }
     for (int ph = 0; ph < kPhases; ++ph) rep.phases[ph] = tr.peak(Phase(ph));
+    res.notes = be.notes();
     rep.workspace_high_water = tr.workspace_high_water();
     rep.moe_rows_received = c.moe_rows_received;
     rep.moe_rows_sent = c.moe_rows_sent;
