@@ -1,7 +1,7 @@
 // The decoder layers' orchestration, once for both backends (executor/README.md "GPU backend"): which tensors are
 // computed, saved, rebuilt, gathered and reduced, in which order, is this template's; what a step of it runs on is
 // its `Ops` argument. HostOps (layer_ops_host.h) runs the CPU ops, kernels and MPI groups, and is what the paired and
-// memory tests check; DeviceOps (layer_ops_cuda.h) runs ops_cuda.h, the CUDA kernels and NCCL groups on one stream.
+// memory tests check; DeviceOps (layers_cuda.h) runs ops_cuda.h, the CUDA kernels and NCCL groups on one stream.
 // So a device layer allocates, charges and communicates exactly what the tested host layer does.
 //
 // An Ops object `o` offers (pointers are the backend's: host or device memory; c is the layer's Ctx):
