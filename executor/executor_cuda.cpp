@@ -12,7 +12,7 @@ std::string device_support_error(const ModelSpec& m, const Plan& p) {
   if (p.parallel.pp > 1)
     return "the GPU backend runs pp = 1 only (pp = " + std::to_string(p.parallel.pp) +
            ": pipeline parallelism runs on --backend cpu)";
-  return device_layer_support_error(m.layers, p.parallel.cp, p.linear_ce);
+  return device_layer_support_error(m.layers, p.linear_ce);
 }
 
 namespace {

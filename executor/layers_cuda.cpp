@@ -12,16 +12,13 @@
 
 namespace lcplan::exec::cuda {
 
-std::string device_layer_support_error(const std::vector<LayerSpec>& layers, int cp, bool linear_ce) {
+std::string device_layer_support_error(const std::vector<LayerSpec>& layers, bool linear_ce) {
   for (const LayerSpec& l : layers) {
     if (l.mixer != MixerKind::FullAttention)
       return "the GPU backend runs full-attention layers only (gated DeltaNet and MLA layers run on --backend cpu)";
     if (l.ffn != FfnKind::Dense)
       return "the GPU backend runs dense MLP layers only (MoE layers run on --backend cpu)";
   }
-  if (cp > 1)
-    return "the GPU backend runs cp = 1 only (cp = " + std::to_string(cp) +
-           ": context parallelism runs on --backend cpu)";
   if (!linear_ce) return "the GPU backend computes the loss with linear CE only (give linear_ce: true)";
   return "";
 }
@@ -161,19 +158,11 @@ void DeviceOps::attention_bwd(Ctx&, const attention::Shape& s, const float* q, c
 }
 
 DeviceOps::FullKV DeviceOps::gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
-  if (c.cp != 1) throw std::logic_error("DeviceOps::gather_kv: cp > 1 (device_layer_support_error refuses it)");
-  const int64_t kvc = c.d.kv_cols(), L = c.seq_local;
-  FullKV kv{ws(size_t(c.seq * kvc)), ws(size_t(c.seq * kvc))};
-  copy(k_loc, size_t(L * kvc), kv.k.data());
-  copy(v_loc, size_t(L * kvc), kv.v.data());
-  return kv;
+  return impl::cp_gather_kv(*this, c, k_loc, v_loc);
 }
 
 void DeviceOps::scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc) {
-  if (c.cp != 1) throw std::logic_error("DeviceOps::scatter_dkv: cp > 1 (device_layer_support_error refuses it)");
-  const int64_t kvc = c.d.kv_cols(), L = c.seq_local;
-  copy(dK, size_t(L * kvc), dk_loc);
-  copy(dV, size_t(L * kvc), dv_loc);
+  impl::cp_scatter_dkv(*this, c, dK, dV, dk_loc, dv_loc);
 }
 
 double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,

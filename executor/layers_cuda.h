@@ -3,10 +3,10 @@
 // and NCCL groups, every call on one stream. Every tensor is a DeviceBuf charged to the tracker's categories exactly
 // where the host layer charges its Buf, so peaks per phase come from the same code.
 //
-// Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows), dense SwiGLU MLPs, the
-// embedding and the linear-CE loss, with TP + sequence parallelism (fp32 partial sums reduce-scattered, where the
-// host reduces fp64) and every recompute mode. Refused with one sentence (device_layer_support_error): context
-// parallelism, gated DeltaNet, MoE, materialized logits.
+// Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows, load-balanced context
+// parallelism), dense SwiGLU MLPs, the embedding and the linear-CE loss, with TP + sequence parallelism (fp32 partial
+// sums reduce-scattered, where the host reduces fp64) and every recompute mode. Refused with one sentence
+// (device_layer_support_error): gated DeltaNet, MLA, MoE, materialized logits.
 #pragma once
 
 #include <string>
@@ -23,9 +23,9 @@ namespace lcplan::exec::cuda {
 
 using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
 
-// Empty when the device layers run these layers with context parallelism `cp` and (linear_ce) the streamed loss, else
-// one sentence naming what they lack.
-std::string device_layer_support_error(const std::vector<LayerSpec>& layers, int cp, bool linear_ce);
+// Empty when the device layers run these layers with (linear_ce) the streamed loss, else one sentence naming what
+// they lack.
+std::string device_layer_support_error(const std::vector<LayerSpec>& layers, bool linear_ce);
 
 // The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
 // enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and

@@ -71,6 +71,61 @@ inline attention::Options attn_opts(const Ctx& c, bool sliding, int ch) {
   return opt;
 }
 
+// Context parallelism's K/V exchange (load-balanced causal CP: rank j holds chunks j and 2cp-1-j of a sequence) in the
+// Ops primitives alone, as the device runs it (HostOps keeps its own loops; tests/executor/cp_exchange_test.cpp holds
+// the two to the same bits). Gather: this rank's K and V rows packed [rows x (k | v)] in bf16, all-gathered over CP
+// and put back in sequence order, fp32 [seq x kv_cols] each.
+template <class Ops>
+typename Ops::FullKV cp_gather_kv(Ops& o, Ctx& c, const float* k_loc, const float* v_loc) {
+  const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
+  typename Ops::FullKV kv{o.ws(size_t(c.seq * kvc)), o.ws(size_t(c.seq * kvc))};
+  if (c.cp == 1) {
+    o.copy(k_loc, size_t(L * kvc), kv.k.data());
+    o.copy(v_loc, size_t(L * kvc), kv.v.data());
+    return kv;
+  }
+  typename Ops::template Buf<bf16> mine(c.tr, Category::Workspace, size_t(L * 2 * kvc));
+  {
+    WsOf<Ops> packed = o.ws(size_t(L * 2 * kvc));
+    o.cols_in(packed.data(), 2 * kvc, 0, L, 0, kvc, k_loc);
+    o.cols_in(packed.data(), 2 * kvc, 0, L, kvc, kvc, v_loc);
+    o.to_bf16(packed.data(), mine.data(), mine.size());
+  }
+  typename Ops::template Buf<bf16> all(c.tr, Category::Workspace, size_t(c.cp * L * 2 * kvc));
+  comm::all_gather(c.pg.cp, mine.data(), all.data(), size_t(L * 2 * kvc), comm::DType::BF16);
+  WsOf<Ops> allf = o.widen(all.data(), all.size());
+  for (int j = 0; j < c.cp; ++j)
+    for (int ch = 0; ch < 2; ++ch) {
+      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc, row = int64_t(j) * L + ch * Sc;
+      o.cols_out(allf.data(), 2 * kvc, row, Sc, 0, kvc, kv.k.data() + pos * kvc);
+      o.cols_out(allf.data(), 2 * kvc, row, Sc, kvc, kvc, kv.v.data() + pos * kvc);
+    }
+  return kv;
+}
+
+// Its backward: the whole sequence's dK/dV packed rank-major [rank][its two chunks][k | v] and reduce-scattered over
+// CP (sum), this rank's rows into dk_loc, dv_loc.
+template <class Ops>
+void cp_scatter_dkv(Ops& o, Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc) {
+  const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
+  if (c.cp == 1) {
+    o.copy(dK, size_t(L * kvc), dk_loc);
+    o.copy(dV, size_t(L * kvc), dv_loc);
+    return;
+  }
+  WsOf<Ops> packed = o.ws(size_t(c.cp * L * 2 * kvc)), mine = o.ws(size_t(L * 2 * kvc));
+  for (int j = 0; j < c.cp; ++j)
+    for (int ch = 0; ch < 2; ++ch) {
+      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc, row = int64_t(j) * L + ch * Sc;
+      o.cols_in(packed.data(), 2 * kvc, row, Sc, 0, kvc, dK + pos * kvc);
+      o.cols_in(packed.data(), 2 * kvc, row, Sc, kvc, kvc, dV + pos * kvc);
+    }
+  comm::reduce_scatter(c.pg.cp, packed.data(), mine.data(), size_t(L * 2 * kvc), comm::DType::F32,
+                       comm::ReduceOp::Sum);
+  o.cols_out(mine.data(), 2 * kvc, 0, L, 0, kvc, dk_loc);
+  o.cols_out(mine.data(), 2 * kvc, 0, L, kvc, kvc, dv_loc);
+}
+
 // One sequence: q [seq_local x hq x hd] -> o, lse [chunk][hq x chunk_len], against the whole sequence's K/V.
 template <class Ops, class KV>
 void attention_seq_fwd(Ops& o, Ctx& c, bool sliding, const float* q, const KV& kv, float* out, float* lse) {

@@ -273,18 +273,19 @@ TEST_F(LayersCuda, LossAndEmbeddingMatchTheHost) {
 // What the device layers and step refuse, named in one sentence (pure: runs everywhere).
 TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
   const ModelSpec m = case_model(false);
-  EXPECT_EQ(cuda::device_layer_support_error(m.layers, 1, true), "");
-  EXPECT_NE(cuda::device_layer_support_error(m.layers, 2, true).find("cp = 1 only (cp = 2"), std::string::npos);
-  EXPECT_NE(cuda::device_layer_support_error(m.layers, 1, false).find("linear CE only"), std::string::npos);
+  EXPECT_EQ(cuda::device_layer_support_error(m.layers, true), "");
+  EXPECT_NE(cuda::device_layer_support_error(m.layers, false).find("linear CE only"), std::string::npos);
   std::vector<LayerSpec> moe = m.layers;
   moe[0].ffn = FfnKind::MoE;
-  EXPECT_NE(cuda::device_layer_support_error(moe, 1, true).find("dense MLP layers only"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(moe, true).find("dense MLP layers only"), std::string::npos);
   std::vector<LayerSpec> gdn = m.layers;
   gdn[0].mixer = MixerKind::LinearAttention;
-  EXPECT_NE(cuda::device_layer_support_error(gdn, 1, true).find("full-attention layers only"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(gdn, true).find("full-attention layers only"), std::string::npos);
   Plan p = make_plan("llama-3.1-8b", {.gpus = 2, .pp = 2});
   EXPECT_NE(cuda::device_support_error(m, p).find("pp = 1 only (pp = 2"), std::string::npos);
   p = make_plan("llama-3.1-8b", {.gpus = 2, .tp = 2});
+  EXPECT_EQ(cuda::device_support_error(m, p), "");
+  p = make_plan("llama-3.1-8b", {.gpus = 2, .cp = 2});
   EXPECT_EQ(cuda::device_support_error(m, p), "");
 }
 

@@ -5,6 +5,9 @@
 // peak are the same (workspace and logits differ: the device's kernels take their own scratch). Skips itself without
 // two usable devices; the host half runs everywhere.
 //
+// cp2 runs load-balanced context parallelism: the device's K/V exchange (layers_impl.h cp_gather_kv) against the
+// host's loops.
+//
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
 #include <gtest/gtest.h>
@@ -32,6 +35,7 @@ struct StepCase {
 const StepCase kCases[] = {
     {"dp2", {.gpus = 2, .seq = 4096}},
     {"tp2", {.gpus = 2, .tp = 2, .seq = 4096}},
+    {"cp2", {.gpus = 2, .cp = 2, .seq = 4096}},
     {"dp2_dist_opt_selective", {.gpus = 2, .seq = 4096, .sharding = OptimizerSharding::DistOpt,
                                 .recompute = Recompute::Selective}},
     {"dp2_fsdp_full_recompute", {.gpus = 2, .seq = 4096, .sharding = OptimizerSharding::Fsdp,
