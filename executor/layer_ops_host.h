@@ -97,14 +97,6 @@ struct HostOps {
   void attention_bwd(Ctx& c, const attention::Shape& s, const float* q, const float* k, const float* v,
                      const float* o, const float* lse, const float* d_o, float* dq, float* dk, float* dv,
                      const attention::Options& opt);
-  // K and V of one whole sequence in positional order, fp32 [seq x kv_cols] each (CP: all-gathered in bf16).
-  struct FullKV {
-    Buf<float> k, v;
-  };
-  FullKV gather_kv(Ctx& c, const float* k_loc, const float* v_loc);
-  // dK/dV of the whole sequence back to the ranks owning the keys (CP: reduce-scattered), this rank's into dk, dv.
-  void scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc);
-
   // Cross-entropy summed over the gathered tokens `h` against the LM head W (fp32), its backward scaled by gl:
   // returns the loss, fills lse and allocates dh (tokens x hidden) and dW (vocab shard x hidden).
   double cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,

@@ -20,10 +20,7 @@
 
 namespace lcplan::exec {
 
-int64_t Ctx::chunk_start(int ch) const {
-  if (cp == 1) return 0;
-  return int64_t(ch == 0 ? cp_rank : 2 * cp - 1 - cp_rank) * chunk_len;
-}
+int64_t Ctx::chunk_start(int ch) const { return cp == 1 ? 0 : impl::cp_chunk_pos(*this, cp_rank, ch); }
 
 namespace {
 
@@ -87,11 +84,6 @@ void col_parallel_bwd(Ctx& c, const float* x_all, const bf16* W, const float* dy
   matmul_bwd64(c.tr, x_all, W, dy, partial.data(), dW, c.tokens, k, n);
   sp_reduce_scatter64(c, partial.data(), dx, k);
 }
-
-// ---------------------------------------------------------------- full attention (layers_impl.h), CP exchange
-
-// One sequence's CP chunks in positional order: rank j holds chunks j and 2cp-1-j (load-balanced causal CP).
-int64_t cp_chunk_pos(const Ctx& c, int rank, int ch) { return int64_t(ch == 0 ? rank : 2 * c.cp - 1 - rank) * c.chunk_len; }
 
 // ---------------------------------------------------------------- gated DeltaNet, state passing over CP
 
@@ -710,61 +702,6 @@ void HostOps::attention_bwd(Ctx& c, const attention::Shape& s, const float* q, c
   attention::Stats st;
   attention::backward_cpu(s, q, k, v, o, lse, d_o, dq, dk, dv, opt, &st);
   Tracker::Charge scratch(c.tr, Category::Workspace, double(st.peak_extra_bytes));
-}
-
-// Under CP the local chunks of every rank are all-gathered (bf16, the stored precision) over the CP group and put
-// back in sequence order.
-HostOps::FullKV HostOps::gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
-  const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
-  FullKV kv{ws(size_t(c.seq * kvc)), ws(size_t(c.seq * kvc))};
-  if (c.cp == 1) {
-    std::copy(k_loc, k_loc + L * kvc, kv.k.data());
-    std::copy(v_loc, v_loc + L * kvc, kv.v.data());
-    return kv;
-  }
-  Buf<bf16> mine(c.tr, Category::Workspace, size_t(L * 2 * kvc));
-  for (int64_t t = 0; t < L; ++t) {
-    exec::to_bf16(k_loc + t * kvc, mine.data() + t * 2 * kvc, size_t(kvc));
-    exec::to_bf16(v_loc + t * kvc, mine.data() + t * 2 * kvc + kvc, size_t(kvc));
-  }
-  Buf<bf16> all(c.tr, Category::Workspace, size_t(c.cp * L * 2 * kvc));
-  comm::all_gather(c.pg.cp, mine.data(), all.data(), size_t(L * 2 * kvc), comm::DType::BF16);
-  for (int j = 0; j < c.cp; ++j)
-    for (int ch = 0; ch < 2; ++ch) {
-      const int64_t pos = cp_chunk_pos(c, j, ch);
-      for (int64_t t = 0; t < Sc; ++t) {
-        const bf16* src = all.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
-        to_f32(src, kv.k.data() + (pos + t) * kvc, size_t(kvc));
-        to_f32(src + kvc, kv.v.data() + (pos + t) * kvc, size_t(kvc));
-      }
-    }
-  return kv;
-}
-
-// dK/dV back to the ranks owning the keys: rank-major [rank][its two chunks][k | v], reduce-scattered (sum).
-void HostOps::scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc) {
-  const int64_t kvc = c.d.kv_cols(), Sc = c.chunk_len, L = c.seq_local;
-  if (c.cp == 1) {
-    std::copy(dK, dK + L * kvc, dk_loc);
-    std::copy(dV, dV + L * kvc, dv_loc);
-    return;
-  }
-  Buf<float> packed = ws(size_t(c.cp * L * 2 * kvc)), mine = ws(size_t(L * 2 * kvc));
-  for (int j = 0; j < c.cp; ++j)
-    for (int ch = 0; ch < 2; ++ch) {
-      const int64_t pos = cp_chunk_pos(c, j, ch);
-      for (int64_t t = 0; t < Sc; ++t) {
-        float* dst = packed.data() + (int64_t(j) * L + ch * Sc + t) * 2 * kvc;
-        std::copy(dK + (pos + t) * kvc, dK + (pos + t + 1) * kvc, dst);
-        std::copy(dV + (pos + t) * kvc, dV + (pos + t + 1) * kvc, dst + kvc);
-      }
-    }
-  comm::reduce_scatter(c.pg.cp, packed.data(), mine.data(), size_t(L * 2 * kvc), comm::DType::F32,
-                       comm::ReduceOp::Sum);
-  for (int64_t t = 0; t < L; ++t) {
-    std::copy(mine.data() + t * 2 * kvc, mine.data() + t * 2 * kvc + kvc, dk_loc + t * kvc);
-    std::copy(mine.data() + t * 2 * kvc + kvc, mine.data() + (t + 1) * 2 * kvc, dv_loc + t * kvc);
-  }
 }
 
 double HostOps::cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,

@@ -157,14 +157,6 @@ void DeviceOps::attention_bwd(Ctx&, const attention::Shape& s, const float* q, c
   attention::cuda::backward(s, q, k, v, o, lse, d_o, dq, dk, dv, opt, w.data(), bytes, stream);
 }
 
-DeviceOps::FullKV DeviceOps::gather_kv(Ctx& c, const float* k_loc, const float* v_loc) {
-  return impl::cp_gather_kv(*this, c, k_loc, v_loc);
-}
-
-void DeviceOps::scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc) {
-  impl::cp_scatter_dkv(*this, c, dK, dV, dk_loc, dv_loc);
-}
-
 double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
                                 DeviceBuf<float>& dh, DeviceBuf<float>& dW) {
   if (!c.linear_ce) throw std::logic_error("DeviceOps::cross_entropy: materialized logits (refused before the step)");

@@ -77,12 +77,6 @@ struct DeviceOps {
   void attention_bwd(Ctx& c, const attention::Shape& s, const float* q, const float* k, const float* v,
                      const float* o, const float* lse, const float* d_o, float* dq, float* dk, float* dv,
                      const attention::Options& opt);
-  struct FullKV {
-    Buf<float> k, v;
-  };
-  FullKV gather_kv(Ctx& c, const float* k_loc, const float* v_loc);
-  void scatter_dkv(Ctx& c, const float* dK, const float* dV, float* dk_loc, float* dv_loc);
-
   double cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
                        Buf<float>& dh, Buf<float>& dW);
 

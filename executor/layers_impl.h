@@ -12,8 +12,7 @@
 //   matmul, matmul_bwd, row_parallel(c, ...), col_parallel_bwd(c, ...)        GEMMs (TP reductions inside the last two)
 //   rmsnorm, rmsnorm_bwd, output_gate, output_gate_bwd, swiglu_fwd, swiglu_back, embedding_rows, embedding_rows_bwd,
 //   embed_rows16(c, table, tokens, x) (whole-table rows, no TP)                the small ops of ops.h
-//   rope(len, heads, hd, x, opts, backward), attention_fwd(c, shape, ...), attention_bwd(c, shape, ...),
-//   gather_kv(c, k, v), scatter_dkv(c, dK, dV, dk, dv)                         core attention and its CP exchange
+//   rope(len, heads, hd, x, opts, backward), attention_fwd(c, shape, ...), attention_bwd(c, shape, ...)  core attention
 //   cross_entropy(c, h, W, targets, gl, lse, dh, dW)                           the loss over the gathered tokens
 //   gdn_fwd, gdn_bwd, moe_fwd, moe_bwd                                         mixers and FFNs the host runs alone
 #pragma once
@@ -71,14 +70,24 @@ inline attention::Options attn_opts(const Ctx& c, bool sliding, int ch) {
   return opt;
 }
 
-// Context parallelism's K/V exchange (load-balanced causal CP: rank j holds chunks j and 2cp-1-j of a sequence) in the
-// Ops primitives alone, as the device runs it (HostOps keeps its own loops; tests/executor/cp_exchange_test.cpp holds
-// the two to the same bits). Gather: this rank's K and V rows packed [rows x (k | v)] in bf16, all-gathered over CP
-// and put back in sequence order, fp32 [seq x kv_cols] each.
+// Absolute position of CP rank `rank`'s local chunk `ch` (load-balanced causal CP: chunks rank and 2cp-1-rank).
+inline int64_t cp_chunk_pos(const Ctx& c, int rank, int ch) {
+  return int64_t(ch == 0 ? rank : 2 * c.cp - 1 - rank) * c.chunk_len;
+}
+
+// K and V of one whole sequence in positional order, fp32 [seq x kv_cols] each.
 template <class Ops>
-typename Ops::FullKV cp_gather_kv(Ops& o, Ctx& c, const float* k_loc, const float* v_loc) {
+struct FullKV {
+  WsOf<Ops> k, v;
+};
+
+// Context parallelism's K/V exchange, in the Ops primitives so both backends run the same code
+// (tests/executor/cp_exchange_test.cpp holds it to plain reference loops). Gather: this rank's K and V rows packed
+// [rows x (k | v)] in bf16 (the stored precision), all-gathered over CP and put back in sequence order.
+template <class Ops>
+FullKV<Ops> cp_gather_kv(Ops& o, Ctx& c, const float* k_loc, const float* v_loc) {
   const int64_t kvc = c.d.kv_cols(), L = c.seq_local, Sc = c.chunk_len;
-  typename Ops::FullKV kv{o.ws(size_t(c.seq * kvc)), o.ws(size_t(c.seq * kvc))};
+  FullKV<Ops> kv{o.ws(size_t(c.seq * kvc)), o.ws(size_t(c.seq * kvc))};
   if (c.cp == 1) {
     o.copy(k_loc, size_t(L * kvc), kv.k.data());
     o.copy(v_loc, size_t(L * kvc), kv.v.data());
@@ -96,7 +105,7 @@ typename Ops::FullKV cp_gather_kv(Ops& o, Ctx& c, const float* k_loc, const floa
   WsOf<Ops> allf = o.widen(all.data(), all.size());
   for (int j = 0; j < c.cp; ++j)
     for (int ch = 0; ch < 2; ++ch) {
-      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc, row = int64_t(j) * L + ch * Sc;
+      const int64_t pos = cp_chunk_pos(c, j, ch), row = int64_t(j) * L + ch * Sc;
       o.cols_out(allf.data(), 2 * kvc, row, Sc, 0, kvc, kv.k.data() + pos * kvc);
       o.cols_out(allf.data(), 2 * kvc, row, Sc, kvc, kvc, kv.v.data() + pos * kvc);
     }
@@ -116,7 +125,7 @@ void cp_scatter_dkv(Ops& o, Ctx& c, const float* dK, const float* dV, float* dk_
   WsOf<Ops> packed = o.ws(size_t(c.cp * L * 2 * kvc)), mine = o.ws(size_t(L * 2 * kvc));
   for (int j = 0; j < c.cp; ++j)
     for (int ch = 0; ch < 2; ++ch) {
-      const int64_t pos = int64_t(ch == 0 ? j : 2 * c.cp - 1 - j) * Sc, row = int64_t(j) * L + ch * Sc;
+      const int64_t pos = cp_chunk_pos(c, j, ch), row = int64_t(j) * L + ch * Sc;
       o.cols_in(packed.data(), 2 * kvc, row, Sc, 0, kvc, dK + pos * kvc);
       o.cols_in(packed.data(), 2 * kvc, row, Sc, kvc, kvc, dV + pos * kvc);
     }
@@ -151,7 +160,7 @@ void attention_seq_bwd(Ops& o, Ctx& c, bool sliding, const float* q, const KV& k
     o.accumulate(tk.data(), dK.data(), size_t(s.sk * kvc));
     o.accumulate(tv.data(), dV.data(), size_t(s.sk * kvc));
   }
-  o.scatter_dkv(c, dK.data(), dV.data(), dk_loc, dv_loc);
+  cp_scatter_dkv(o, c, dK.data(), dV.data(), dk_loc, dv_loc);
 }
 
 template <class Ops>
@@ -212,7 +221,7 @@ void core_attention_fwd(Ops& o, Ctx& c, bool sliding, const float* q, const floa
                         float* lse) {
   const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), L = c.seq_local;
   for (int b = 0; b < c.mb; ++b) {
-    auto kv = o.gather_kv(c, k + b * L * kvc, v + b * L * kvc);
+    const FullKV<Ops> kv = cp_gather_kv(o, c, k + b * L * kvc, v + b * L * kvc);
     attention_seq_fwd(o, c, sliding, q + b * L * qc, kv, out + b * L * qc, lse + int64_t(b) * c.d.hq * L);
   }
   o.round(out, size_t(c.tokens * qc));
@@ -277,7 +286,7 @@ void attention_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const
   WsOf<Ops> q = o.load(sv.q), k = o.load(sv.k), v = o.load(sv.v);
   WsOf<Ops> dq = o.ws(size_t(T * qc)), dk = o.ws(size_t(T * kvc)), dv = o.ws(size_t(T * kvc));
   for (int b = 0; b < c.mb; ++b) {
-    auto kv = o.gather_kv(c, k.data() + b * L * kvc, v.data() + b * L * kvc);
+    const FullKV<Ops> kv = cp_gather_kv(o, c, k.data() + b * L * kvc, v.data() + b * L * kvc);
     attention_seq_bwd(o, c, l.sliding, q.data() + b * L * qc, kv, out.data() + b * L * qc,
                       sv.lse.data() + int64_t(b) * d.hq * L, dO.data() + b * L * qc, dq.data() + b * L * qc,
                       dk.data() + b * L * kvc, dv.data() + b * L * kvc);

@@ -5,8 +5,7 @@
 // peak are the same (workspace and logits differ: the device's kernels take their own scratch). Skips itself without
 // two usable devices; the host half runs everywhere.
 //
-// cp2 runs load-balanced context parallelism: the device's K/V exchange (layers_impl.h cp_gather_kv) against the
-// host's loops.
+// cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
