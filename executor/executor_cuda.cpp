@@ -9,9 +9,6 @@
 namespace lcplan::exec::cuda {
 
 std::string device_support_error(const ModelSpec& m, const Plan& p) {
-  if (p.parallel.pp > 1)
-    return "the GPU backend runs pp = 1 only (pp = " + std::to_string(p.parallel.pp) +
-           ": pipeline parallelism runs on --backend cpu)";
   return device_layer_support_error(m.layers, p.linear_ce);
 }
 
@@ -31,12 +28,36 @@ struct DeviceBackend {
   comm::ProcessGroups groups(const comm::Comm&, const RankLayout& l) const {
     return comm::make_process_groups(nccl_world, l);
   }
+  // Every DeviceBuf of the step is stream-ordered on the compute stream (device_buf_cuda.h).
+  void attach(Tracker& t) const { t.set_device_stream(stream); }
+  // Outgoing pipeline links send on streams of their own (one per direction), incoming ones receive on the compute
+  // stream: a send waiting for its receiver holds neither this rank's work nor its other link (comm/groups.h).
+  comm::PipeLinks pipe_links(const comm::Comm& pp) {
+    if (pp.size > 1 && !produced) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&send_fwd, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaStreamCreateWithFlags(&send_bwd, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
+    }
+    return comm::make_pipe_links(pp, stream, send_fwd, send_bwd);
+  }
+  // The send streams start after the work queued so far on the compute stream (which wrote the message).
+  void before_send() const {
+    CUDA_CHECK(cudaEventRecord(produced, stream));
+    CUDA_CHECK(cudaStreamWaitEvent(send_fwd, produced, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(send_bwd, produced, 0));
+  }
+  // The receive is queued on the compute stream; waiting for it here times the bubble as the host backend's does.
+  void after_recv() const { CUDA_CHECK(cudaStreamSynchronize(stream)); }
   DeviceMem mem() const { return DeviceMem{stream}; }
   DeviceOps ops(Tracker& t) const { return DeviceOps{t, blas, stream}; }
-  // A synchronous copy from the host vector: complete on return, before the vector goes.
+  // A copy from the host vector in the compute stream's order (the buffer is stream-ordered there), complete on
+  // return, before the vector goes.
   DeviceBuf<int64_t> ids(Tracker& t, const std::vector<int64_t>& v) const {
     DeviceBuf<int64_t> b(t, Category::Workspace, v.size());
-    if (!v.empty()) CUDA_CHECK(cudaMemcpy(b.data(), v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    if (!v.empty()) {
+      CUDA_CHECK(cudaMemcpyAsync(b.data(), v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
     return b;
   }
   // After each phase: the stream drained, the tracker's live bytes against the growth of the device's used memory
@@ -51,6 +72,14 @@ struct DeviceBackend {
 
   double baseline = 0;  // the device's used bytes after the context, cuBLAS and NCCL, before the step's first buffer
   std::string note;
+  cudaStream_t send_fwd = nullptr, send_bwd = nullptr;  // the outgoing pipeline links' streams (pp > 1)
+  cudaEvent_t produced = nullptr;
+
+  ~DeviceBackend() {
+    if (produced) CUDA_LOG(cudaEventDestroy(produced));
+    for (cudaStream_t s : {send_fwd, send_bwd})
+      if (s) CUDA_LOG(cudaStreamDestroy(s));
+  }
 };
 
 }  // namespace

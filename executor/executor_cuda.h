@@ -1,6 +1,6 @@
 // lcplan-exec's step on GPUs: the step of step_impl.h (the one the CPU backend runs and its tests check) on
 // DeviceBackend: the device layers (layers_cuda.h), the device parameter store on NCCL groups (param_store_cuda.h),
-// one stream per rank. A phase's time is read on the host clock after the stream has drained, so it is the device's
+// a compute stream per rank and a send stream per outgoing pipeline link. A phase's time is read on the host clock after the stream has drained, so it is the device's
 // time for the phase plus the host's launch gaps. Runs what device_support_error accepts.
 #pragma once
 
@@ -13,8 +13,7 @@
 
 namespace lcplan::exec::cuda {
 
-// Empty when the GPU backend runs this (already scaled) model and plan, else one sentence naming what it lacks:
-// pp = 1 (NCCL's blocking stage-to-stage sends would deadlock the 1F1B order on one stream), and what the device
+// Empty when the GPU backend runs this (already scaled) model and plan, else one sentence naming what the device
 // layers lack (device_layer_support_error).
 std::string device_support_error(const ModelSpec& m, const Plan& p);
 

@@ -1,7 +1,9 @@
 #include "executor/schedule.h"
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
+#include <tuple>
 
 namespace lcplan::exec {
 
@@ -90,6 +92,48 @@ std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbat
     ++n[a.chunk];
   }
   return n;
+}
+
+std::string pipeline_message_order_error(int pp, int vpp, int microbatches, bool per_direction) {
+  struct Message {
+    bool forward;
+    int from, microbatch;
+  };
+  // Per channel (direction or -1, sender, receiver): the messages in the sender's order and in the receiver's.
+  using Channel = std::tuple<int, int, int>;
+  std::map<Channel, std::vector<Message>> sent, received;
+  const int V = pp * vpp;
+  for (int s = 0; s < pp; ++s)
+    for (const PipeAction& a : pipeline_schedule(pp, vpp, s, microbatches)) {
+      const int v = a.chunk * pp + s;
+      const int dir = per_direction ? int(a.forward) : -1;
+      // An action receives first (a forward from v - 1, a backward from v + 1), then sends (to v + 1, to v - 1).
+      if (a.forward ? v > 0 : v < V - 1) {
+        const int from = a.forward ? v - 1 : v + 1;
+        received[{dir, from % pp, s}].push_back({a.forward, from, a.microbatch});
+      }
+      if (a.forward ? v < V - 1 : v > 0) {
+        const int to = a.forward ? v + 1 : v - 1;
+        sent[{dir, s, to % pp}].push_back({a.forward, v, a.microbatch});
+      }
+    }
+  auto name = [](const Message& m) {
+    return std::string(m.forward ? "activations" : "gradients") + " of virtual stage " + std::to_string(m.from) +
+           ", microbatch " + std::to_string(m.microbatch);
+  };
+  const std::string where = " (pp " + std::to_string(pp) + ", vpp " + std::to_string(vpp) + ", " +
+                            std::to_string(microbatches) + " microbatches)";
+  for (const auto& [ch, s] : sent) {
+    const std::vector<Message>& r = received[ch];
+    const auto& [dir, from, to] = ch;
+    if (s.size() != r.size())
+      return "stage " + std::to_string(from) + " sends " + std::to_string(s.size()) + " messages to stage " +
+             std::to_string(to) + ", which receives " + std::to_string(r.size()) + where;
+    for (size_t i = 0; i < s.size(); ++i)
+      if (std::tie(s[i].forward, s[i].from, s[i].microbatch) != std::tie(r[i].forward, r[i].from, r[i].microbatch))
+        return "stage " + std::to_string(to) + " receives " + name(s[i]) + " where it expects " + name(r[i]) + where;
+  }
+  return "";
 }
 
 }  // namespace lcplan::exec

@@ -43,4 +43,11 @@ std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<Hel
 // estimator sizes: every forward of the warmup and of the first steady step done, nothing freed yet).
 std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbatches);
 
+// Messages between stages on GPUs go over comm::PipeLinks (one two-rank NCCL communicator per direction and
+// neighbour pair): NCCL has no tags, so on each link the k-th message one stage sends must be the k-th the other
+// receives. Returns "" when that holds for every stage's schedule, else one sentence naming the first mismatch.
+// `per_direction` false: activations and gradients between two stages share one communicator (the layout that fails
+// on two interleaved stages, kept so the tests show it does).
+std::string pipeline_message_order_error(int pp, int vpp, int microbatches, bool per_direction = true);
+
 }  // namespace lcplan::exec

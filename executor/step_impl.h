@@ -5,6 +5,10 @@
 //   groups(world, layout)  the process groups (MPI, or NCCL on the step's stream)
 //   mem()                  the store's memory policy; ops(tracker): the layers' Ops
 //   ids(tracker, vector)   token ids or targets where the layers read them (charged as workspace)
+//   attach(tracker)        lets the backend's buffers of this tracker follow its stream (the device allocates in order)
+//   pipe_links(pp)         the links between pipeline stages (comm::make_pipe_links, on the backend's streams)
+//   before_send()          the outgoing links may read what the rank's work so far wrote (the device orders streams)
+//   after_recv()           a received message is in place before the host goes on (the bubble is timed)
 //   phase_end(tracker)     waits for the device's queued work (a phase's end is read after it), checks its memory
 //   notes()                remarks for the record
 #pragma once
@@ -84,17 +88,22 @@ struct Step {
     const Parallel& q = p.parallel;
     const RankLayout layout = make_rank_layout(p.gpus, q.tp, q.pp, q.cp, q.ep, q.etp);
     comm::ProcessGroups pg = be.groups(world, layout);
+    comm::PipeLinks links;
     struct FreeGroups {
       comm::ProcessGroups& g;
+      comm::PipeLinks& l;
       ~FreeGroups() {
         try {
+          comm::free_pipe_links(l);
           comm::free_groups(g);
         } catch (...) {
         }
       }
-    } free_groups_at_exit{pg};
+    } free_groups_at_exit{pg, links};
+    links = be.pipe_links(pg.pp);
 
     Tracker tr(o.workspace_reserve);
+    be.attach(tr);
     const int pp = q.pp, vpp = q.vpp, stage = pg.pp.rank, chunks_total = pp * vpp;
     const Dims d = make_dims(m, q.tp, pg.tp.rank, q.etp, pg.etp.rank);
     const bool has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
@@ -207,11 +216,19 @@ struct Step {
       segments.push_back(PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, open.seconds, m.seconds});
       if (o.on_phase) o.on_phase(m);
     };
-    // A stage-to-stage receive inside the open phase, kept as a wait segment (the bubble this rank sits through).
-    auto pp_recv = [&](void* buf, size_t count, comm::DType t, int peer, int tag) {
+    // A stage-to-stage receive inside the open phase, kept as a wait segment (the bubble this rank sits through):
+    // activations from the previous stage (forward) or gradients from the next, each on its own link.
+    auto pp_recv = [&](bool forward, void* buf, size_t count, comm::DType t, int tag) {
       const double t0 = since(origin);
-      comm::recv(pg.pp, buf, count, t, peer, tag);
+      const comm::Comm& in = forward ? links.fwd_in : links.bwd_in;
+      comm::recv(in, buf, count, t, comm::link_peer(in), tag);
+      be.after_recv();
       segments.push_back(PhaseSegment{open.phase, open.step, open.microbatch, open.vstage, t0, since(origin), true});
+    };
+    auto pp_send = [&](bool forward, const void* buf, size_t count, comm::DType t, int tag) {
+      be.before_send();
+      const comm::Comm& out = forward ? links.fwd_out : links.bwd_out;
+      return comm::isend(out, buf, count, t, comm::link_peer(out), tag);
     };
     // Token ids and targets of every local token of microbatch `mb` (sample (mb dp + d) micro_batch + j).
     auto data = [&](int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
@@ -229,8 +246,8 @@ struct Step {
     };
     // Point-to-point messages between pipeline stages (Megatron p2p_communication): a virtual stage's output
     // activations (bf16, this rank's sequence-parallel rows) to the next, input gradients (fp32) to the previous. A
-    // tag per sending virtual stage and direction; each pair's messages arrive in microbatch order.
-    const int next_stage = (stage + 1) % pp, prev_stage = (stage + pp - 1) % pp;
+    // tag per sending virtual stage and direction (MPI checks them; NCCL has none, and each link's messages arrive in
+    // the order they were sent: schedule.h pipeline_message_order_error).
     auto fwd_tag = [](int v) { return 1000 + v; };
     auto bwd_tag = [](int v) { return 9000 + v; };
     struct Pending {
@@ -291,7 +308,7 @@ struct Step {
             const UnitView ew = unit(emb, true);
             impl::embedding_forward(ops, c, ew.dense, tokens.data(), sv[0].x.data());
           } else {
-            pp_recv(sv[0].x.data(), sv[0].x.size(), comm::DType::BF16, prev_stage, fwd_tag(v - 1));
+            pp_recv(true, sv[0].x.data(), sv[0].x.size(), comm::DType::BF16, fwd_tag(v - 1));
           }
           Buf<float> out;
           if (ls.empty()) {  // a virtual stage without decoder layers passes its input on
@@ -342,7 +359,7 @@ struct Step {
             Pending s;
             s.act = Buf<bf16>(tr, Category::Workspace, out.size());
             ops.to_bf16(out.data(), s.act.data(), out.size());
-            s.req = comm::isend(pg.pp, s.act.data(), s.act.size(), comm::DType::BF16, next_stage, fwd_tag(v));
+            s.req = pp_send(true, s.act.data(), s.act.size(), comm::DType::BF16, fwd_tag(v));
             sends.push_back(std::move(s));
           }
         } else {
@@ -354,7 +371,7 @@ struct Step {
             dx = std::move(loss_grad[mbatch]);
           } else {
             dx = Buf<float>(tr, Category::Workspace, size_t(R * H));
-            pp_recv(dx.data(), dx.size(), comm::DType::F32, next_stage, bwd_tag(v + 1));
+            pp_recv(false, dx.data(), dx.size(), comm::DType::F32, bwd_tag(v + 1));
           }
           std::vector<Saved>& sv = saved[mbatch][a.chunk];
           for (int k = int(ls.size()) - 1; k >= 0; --k) {
@@ -382,7 +399,7 @@ struct Step {
           } else {
             Pending s;
             s.grad = std::move(dx);
-            s.req = comm::isend(pg.pp, s.grad.data(), s.grad.size(), comm::DType::F32, prev_stage, bwd_tag(v));
+            s.req = pp_send(false, s.grad.data(), s.grad.size(), comm::DType::F32, bwd_tag(v));
             sends.push_back(std::move(s));
           }
           if (fsdp) fs.grad.reset();
@@ -400,9 +417,7 @@ struct Step {
         const int u = first_v_here ? emb : head, peer = first_v_here ? pp - 1 : 0;
         const size_t len = ps.dense_grad_size(u);
         Buf<float> other(tr, Category::Workspace, len);
-        comm::Request r = comm::isend(pg.pp, ps.dense_grad_array(u), len, comm::DType::F32, peer, 17000);
-        comm::recv(pg.pp, other.data(), len, comm::DType::F32, peer, 17000);
-        comm::wait(r);
+        comm::sendrecv(pg.pp, ps.dense_grad_array(u), other.data(), len, comm::DType::F32, peer, 17000);
         ops.accumulate(other.data(), ps.dense_grad_array(u), len);  // a + b == b + a: both copies stay identical
       }
       ps.sync_grads();

@@ -64,6 +64,10 @@ class Tracker {
   double workspace_high_water() const { return ws_high_; }
   double workspace_reserve() const { return reserve_; }
   uint64_t operations() const { return ops_; }  // add/sub calls, for the overhead benchmark
+  // The GPU backend's compute stream (a cudaStream_t, opaque here so this header stays host-only): device buffers
+  // charged to this tracker are allocated, zeroed and freed in its order (executor/device_buf_cuda.h). Null: plain.
+  void set_device_stream(void* s) { stream_ = s; }
+  void* device_stream() const { return stream_; }
 
   // Charges `bytes` to `c` for its lifetime: kernel buffers the executor does not own (MoE layer vectors, a kernel's
   // reported scratch peak) held while the call that owns them is in scope.
@@ -110,6 +114,7 @@ class Tracker {
   std::array<PhasePeak, kPhases> peaks_{};
   uint64_t ops_ = 0;
   int64_t charges_ = 0;
+  void* stream_ = nullptr;
 };
 
 // n elements of T owned by the caller and charged to a category while alive (zero-initialised). Move-only.

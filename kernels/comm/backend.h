@@ -20,6 +20,7 @@ void nccl_all_to_all_v(const Comm& c, const void* send, const size_t* send_count
                        void* recv, const size_t* recv_counts, const size_t* recv_displs, DType t);
 void nccl_send(const Comm& c, const void* buf, size_t count, DType t, int peer);
 void nccl_recv(const Comm& c, void* buf, size_t count, DType t, int peer);
+void nccl_sendrecv(const Comm& c, const void* send, void* recv, size_t count, DType t, int peer);
 // Record an event on the comm stream into r.event; query/synchronize/destroy it.
 void nccl_record(const Comm& c, Request& r);
 bool nccl_query(Request& r);

@@ -386,6 +386,17 @@ void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag) {
   wait(r);
 }
 
+void sendrecv(const Comm& c, const void* send, void* recv, size_t count, DType t, int peer, int tag) {
+  check_tag(tag);
+  if (peer < 0 || peer >= c.size)
+    throw std::invalid_argument("sendrecv: peer " + std::to_string(peer) + " is outside 0.." + std::to_string(c.size - 1));
+  if (is_nccl(c)) return detail::nccl_sendrecv(c, send, recv, count, t, peer);
+  MPI_Request rq[2];
+  MPI_CHECK(MPI_Irecv(recv, to_int(count, "sendrecv count"), mpi_type(t), peer, tag, c.mpi, &rq[0]));
+  MPI_CHECK(MPI_Isend(send, to_int(count, "sendrecv count"), mpi_type(t), peer, tag, c.mpi, &rq[1]));
+  complete(c.watchdog, rq, 2, "sendrecv");
+}
+
 void exchange_counts(const Comm& c, const size_t* send, size_t* recv, size_t per_rank) {
   MPI_Request rq;
   MPI_CHECK(MPI_Ialltoall(send, to_int(per_rank, "exchange_counts"), MPI_UINT64_T, recv,

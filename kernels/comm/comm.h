@@ -119,6 +119,9 @@ void all_to_all_v(const Comm& c, const void* send, const size_t* send_counts, co
 // Tags 0 .. kAllToAllTag-1.
 void send(const Comm& c, const void* buf, size_t count, DType t, int peer, int tag = 0);
 void recv(const Comm& c, void* buf, size_t count, DType t, int peer, int tag = 0);
+// Sends `count` elements of `send` to `peer` and receives as many from it into `recv`; the peer makes the same call
+// naming this rank. NCCL: one group, so neither side's send waits on the other's receive on its stream.
+void sendrecv(const Comm& c, const void* send, void* recv, size_t count, DType t, int peer, int tag = 0);
 // Host-side equal all-to-all of counts (always over c.mpi): send[r*per_rank..] goes to rank r.
 // This is the "exchange counts first" step of every variable all-to-all.
 void exchange_counts(const Comm& c, const size_t* send, size_t* recv, size_t per_rank);

@@ -91,6 +91,13 @@ void nccl_recv(const Comm& c, void* buf, size_t count, DType t, int peer) {
   NCCL_CHECK(ncclRecv(buf, count, nccl_type(t), peer, nc(c), st(c)));
 }
 
+void nccl_sendrecv(const Comm& c, const void* send, void* recv, size_t count, DType t, int peer) {
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclSend(send, count, nccl_type(t), peer, nc(c), st(c)));
+  NCCL_CHECK(ncclRecv(recv, count, nccl_type(t), peer, nc(c), st(c)));
+  NCCL_CHECK(ncclGroupEnd());
+}
+
 void nccl_record(const Comm& c, Request& r) {
   cudaEvent_t e;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

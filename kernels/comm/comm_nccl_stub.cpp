@@ -24,6 +24,7 @@ void nccl_all_to_all_v(const Comm&, const void*, const size_t*, const size_t*, v
 }
 void nccl_send(const Comm&, const void*, size_t, DType, int) { no_nccl(); }
 void nccl_recv(const Comm&, void*, size_t, DType, int) { no_nccl(); }
+void nccl_sendrecv(const Comm&, const void*, void*, size_t, DType, int) { no_nccl(); }
 void nccl_record(const Comm&, Request&) { no_nccl(); }
 bool nccl_query(Request&) { no_nccl(); }
 void nccl_sync(Request&) { no_nccl(); }

@@ -1,5 +1,6 @@
 #include "kernels/comm/groups.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -46,6 +47,40 @@ const Comm& group(const ProcessGroups& pg, Group g) {
 void free_groups(ProcessGroups& pg) {
   for (Comm* c : {&pg.tp, &pg.cp, &pg.dp, &pg.pp, &pg.dp_cp, &pg.tp_cp, &pg.ep, &pg.etp, &pg.edp, &pg.ep_etp})
     free_comm(*c);
+}
+
+PipeLinks make_pipe_links(const Comm& pp, void* recv_stream, void* fwd_send_stream, void* bwd_send_stream) {
+  PipeLinks l;
+  const int n = pp.size, s = pp.rank;
+  if (n < 2) return l;
+  // Pair e joins stages e and e + 1. A split makes disjoint groups, so the ring's pairs are made in rounds of one
+  // colour each: alternate colours, and a third for the closing pair when the ring is odd.
+  auto colour = [&](int e) { return n % 2 == 1 && e == n - 1 ? 2 : e % 2; };
+  const int rounds = n % 2 == 1 ? 3 : 2;
+  const int mine[2] = {s, (s + n - 1) % n};  // the pairs this stage belongs to: (s, s + 1) and (s - 1, s)
+  for (int forward = 1; forward >= 0; --forward)
+    for (int r = 0; r < rounds; ++r) {
+      int e = -1;
+      for (int k = 0; k < 2; ++k)
+        if (colour(mine[k]) == r) e = mine[k];
+      if (e < 0) {  // not in this round: a group of its own, freed at once
+        Comm alone = split(pp, {s});
+        free_comm(alone);
+        continue;
+      }
+      const int a = e, b = (e + 1) % n;
+      Comm c = split(pp, {std::min(a, b), std::max(a, b)});
+      // Pair e carries activations e -> e + 1 and gradients e + 1 -> e.
+      const bool sends = forward ? s == a : s == b;
+      c.stream = sends ? (forward ? fwd_send_stream : bwd_send_stream) : recv_stream;
+      Comm& slot = forward ? (sends ? l.fwd_out : l.fwd_in) : (sends ? l.bwd_out : l.bwd_in);
+      slot = c;
+    }
+  return l;
+}
+
+void free_pipe_links(PipeLinks& l) {
+  for (Comm* c : {&l.fwd_out, &l.fwd_in, &l.bwd_out, &l.bwd_in}) free_comm(*c);
 }
 
 }  // namespace lcplan::comm

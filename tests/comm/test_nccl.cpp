@@ -4,6 +4,7 @@
 #include <numeric>
 #include <vector>
 
+#include "kernels/comm/groups.h"
 #include "kernels/common/cuda_check.h"
 #include "tests/comm/driver.h"
 
@@ -65,6 +66,56 @@ TEST(Nccl, AllReduceAndUnevenAllToAllV) {
   CUDA_CHECK(cudaFree(ds));
   CUDA_CHECK(cudaFree(dr));
   free_comm(c);
+}
+
+// Messages far larger than NCCL's buffers, both neighbours sending before they receive: on one stream this order
+// deadlocks; sendrecv (one group) and the pipeline links (a stream per outgoing link, receives on the compute stream)
+// complete it, and every element arrives.
+TEST(Nccl, SendBeforeReceiveCompletesOnLinksAndSendrecv) {
+  if (!all_have_device()) GTEST_SKIP() << "no usable CUDA device";
+  pick_device();
+  cudaStream_t compute = nullptr, fwd = nullptr, bwd = nullptr;
+  for (cudaStream_t* st : {&compute, &fwd, &bwd}) CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+  Comm c = world_nccl(compute);
+  const int P = c.size;
+  const size_t n = size_t(16) << 20;  // 64 MiB of floats per message
+  std::vector<float> h(n);
+  float *out = nullptr, *in_a = nullptr, *in_b = nullptr;
+  for (float** p : {&out, &in_a, &in_b}) CUDA_CHECK(cudaMalloc(p, n * sizeof(float)));
+  for (size_t i = 0; i < n; i += 4099) h[i] = val(c.rank, i);
+  CUDA_CHECK(cudaMemcpy(out, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  auto check = [&](const float* d, int from, const char* what) {
+    std::vector<float> got(n);
+    CUDA_CHECK(cudaMemcpy(got.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(got[i], val(from, i)) << what << " element " << i;
+  };
+  if (P >= 2) {
+    const int peer = c.rank ^ 1;
+    if (peer < P) {
+      Comm pair = split(c, {std::min(c.rank, peer), std::max(c.rank, peer)});
+      sendrecv(pair, out, in_a, n, DType::F32, 1 - pair.rank);
+      CUDA_CHECK(cudaStreamSynchronize(compute));
+      check(in_a, peer, "sendrecv");
+      free_comm(pair);
+    } else {
+      Comm alone = split(c, {c.rank});
+      free_comm(alone);
+    }
+    PipeLinks l = make_pipe_links(c, compute, fwd, bwd);
+    Request a = isend(l.fwd_out, out, n, DType::F32, link_peer(l.fwd_out));
+    Request b = isend(l.bwd_out, out, n, DType::F32, link_peer(l.bwd_out));
+    recv(l.fwd_in, in_a, n, DType::F32, link_peer(l.fwd_in));
+    recv(l.bwd_in, in_b, n, DType::F32, link_peer(l.bwd_in));
+    CUDA_CHECK(cudaStreamSynchronize(compute));
+    wait(a);
+    wait(b);
+    check(in_a, (c.rank + P - 1) % P, "activations link");
+    check(in_b, (c.rank + 1) % P, "gradients link");
+    free_pipe_links(l);
+  }
+  for (float* p : {out, in_a, in_b}) CUDA_CHECK(cudaFree(p));
+  free_comm(c);
+  for (cudaStream_t st : {compute, fwd, bwd}) CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace lcplan::comm::tests

@@ -101,3 +101,40 @@ TEST(ProcessGroups, MembersAreExactlyRankLayoutsGroups) {
 }
 
 }  // namespace lcplan::comm::tests
+
+namespace lcplan::comm::tests {
+
+// Pipeline links over rings of 2, 3 and 4 stages (the 3-stage ring needs the third colour): each stage's outgoing
+// links reach the next stage (activations) and the previous one (gradients), its incoming links come from them, and
+// messages in both directions pass at once without tags.
+TEST(PipeLinks, EveryStageReachesItsNeighbours) {
+  World w;
+  if (w.c.size != 4) GTEST_SKIP() << "needs four ranks";
+  for (int pp : {2, 3, 4}) {
+    // Rings of pp consecutive ranks; the ranks left over form a ring of their own (size 1: no links).
+    const int base = w.c.rank < pp ? 0 : pp;
+    std::vector<int> ring;
+    for (int r = base; r < std::min(w.c.size, base + pp); ++r) ring.push_back(r);
+    Comm g = split(w.c, ring);
+    PipeLinks l = make_pipe_links(g, nullptr, nullptr, nullptr);
+    if (g.size == 1) {
+      EXPECT_EQ(l.fwd_out.mpi, MPI_COMM_NULL);
+    } else {
+      const int n = g.size, s = g.rank, next = (s + 1) % n, prev = (s + n - 1) % n;
+      for (const Comm* c : {&l.fwd_out, &l.fwd_in, &l.bwd_out, &l.bwd_in}) ASSERT_EQ(c->size, 2);
+      int act = 10 + s, grad = 20 + s, got_act = -1, got_grad = -1;
+      Request a = isend(l.fwd_out, &act, 1, DType::I32, link_peer(l.fwd_out));
+      Request b = isend(l.bwd_out, &grad, 1, DType::I32, link_peer(l.bwd_out));
+      recv(l.fwd_in, &got_act, 1, DType::I32, link_peer(l.fwd_in));
+      recv(l.bwd_in, &got_grad, 1, DType::I32, link_peer(l.bwd_in));
+      wait(a);
+      wait(b);
+      EXPECT_EQ(got_act, 10 + prev) << "pp " << pp << " stage " << s;
+      EXPECT_EQ(got_grad, 20 + next) << "pp " << pp << " stage " << s;
+    }
+    free_pipe_links(l);
+    free_comm(g);
+  }
+}
+
+}  // namespace lcplan::comm::tests

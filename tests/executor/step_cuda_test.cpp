@@ -6,6 +6,8 @@
 // two usable devices; the host half runs everywhere.
 //
 // cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
+// pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
+// a stream per outgoing link, receives on the compute stream.
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
@@ -29,6 +31,7 @@ namespace {
 struct StepCase {
   const char* name;
   PlanArgs args;
+  int layers = 2;
 };
 
 const StepCase kCases[] = {
@@ -39,10 +42,13 @@ const StepCase kCases[] = {
                                 .recompute = Recompute::Selective}},
     {"dp2_fsdp_full_recompute", {.gpus = 2, .seq = 4096, .sharding = OptimizerSharding::Fsdp,
                                  .recompute = Recompute::Full}},
+    {"pp2_1f1b", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 4096}},
+    // Two interleaved stages: both links of the pair carry messages each way (the wrap to the next chunk).
+    {"pp2_vpp2", {.gpus = 2, .global_batch = 4, .pp = 2, .vpp = 2, .seq = 4096}, 4},
 };
 
 ScaledCase scaled(const StepCase& k) {
-  return executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", k.args), {64, 2});
+  return executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", k.args), {64, k.layers});
 }
 
 ExecOptions options() {
