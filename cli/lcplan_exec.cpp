@@ -2,12 +2,16 @@
 // executor/executor_cuda.h device_support_error accepts) under mpirun, and write the measurement record
 // (executor/README.md).
 //   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
-//                                 [--seed S] [--timeout SECONDS] [--phase-trace trace.json] --out measured.json
+//                                 [--seed S] [--timeout SECONDS] [--phase-trace trace.json] [--cupti]
+//                                 --out measured.json
 // Bad input: one sentence on every rank, exit 2, no output file. A rank that fails mid-step: every rank prints one
 // sentence (the failing rank its error, the others "rank R failed: ..."), exit 1, no output file; waits on peers
 // are bounded by --timeout (comm::Watchdog), so the job never hangs.
 #include <mpi.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -33,6 +37,8 @@
 
 #include "executor/executor_cuda.h"
 #include "kernels/common/cuda_check.h"
+#include "profiler/activity.h"
+#include "profiler/cupti_tracer.h"
 #endif
 
 namespace {
@@ -44,11 +50,12 @@ struct Args {
   int steps = 1, layers = 0, scale = 1;
   unsigned long long seed = 1;
   double timeout = 600;
+  bool cupti = false;
 };
 
 const char* kUsage =
     "lcplan-exec --plan recipe.json --out measured.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda] "
-    "[--seed S] [--timeout SECONDS] [--phase-trace trace.json]";
+    "[--seed S] [--timeout SECONDS] [--phase-trace trace.json] [--cupti]";
 
 long long to_int(const std::string& flag, const std::string& v, long long lo, long long hi) {
   size_t used = 0;
@@ -83,6 +90,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--seed") a.seed = (unsigned long long)to_int(f, value(), 0, (1LL << 62));
     else if (f == "--timeout") a.timeout = double(to_int(f, value(), 1, 86400));
     else if (f == "--phase-trace") a.phase_trace = value();
+    else if (f == "--cupti") a.cupti = true;
     else if (f == "--backend") {
       a.backend = value();
       if (a.backend != "cpu" && a.backend != "cuda")
@@ -92,6 +100,9 @@ Args parse(int argc, char** argv) {
     }
   }
   if (a.plan.empty()) throw UserError(std::string("--plan is required (") + kUsage + ")");
+  if (a.cupti && a.backend != "cuda")
+    throw UserError("--cupti traces the GPU backend's kernels per phase; use it with --backend cuda (--backend is " +
+                    a.backend + ")");
   if (!have_out) throw UserError(std::string("--out is required (") + kUsage + ")");
   if (!a.phase_trace.empty()) {
     std::error_code e1, e2;
@@ -110,8 +121,48 @@ void check_cuda_backend(const lcplan::exec::ScaledCase& sc) {
 
 // One device per rank (node-local rank modulo the node's devices), its stream, cuBLAS handle and NCCL world, for
 // the length of the run.
+// CUPTI's device time per phase (--cupti): each phase's launches carry the tag step * 16 + phase + 1 (the tracer's
+// external correlation ids, profiler/activity.h time_by_tag); per phase, the median over the steps after the first
+// of the slowest rank's busy time (union of its activities' intervals on every stream) and kernel time (the sum of
+// its kernels' durations), as the record's other phase times.
+nlohmann::json cupti_phases(const lcplan::comm::Comm& world, const lcplan::profiler::TaggedTime& t, int steps) {
+  const int first = steps > 1 ? 2 : 1;
+  const int n = (steps - first + 1) * lcplan::exec::kPhases;
+  std::vector<double> busy(size_t(2 * n), 0.0);  // [busy | kernel] per (step, phase)
+  for (int st = first; st <= steps; ++st)
+    for (int ph = 0; ph < lcplan::exec::kPhases; ++ph) {
+      const lcplan::profiler::TagTime x = t.of(uint64_t(st) * 16 + uint64_t(ph) + 1);
+      const size_t i = size_t((st - first) * lcplan::exec::kPhases + ph);
+      busy[i] = x.busy_seconds;
+      busy[size_t(n) + i] = x.kernel_seconds;
+    }
+  lcplan::comm::all_reduce(world, busy.data(), busy.size(), lcplan::comm::DType::F64, lcplan::comm::ReduceOp::Max);
+  double counts[3] = {double(t.untagged), double(t.conflicting), double(t.dropped)};
+  lcplan::comm::all_reduce(world, counts, 3, lcplan::comm::DType::F64, lcplan::comm::ReduceOp::Sum);
+  nlohmann::json j, b, k;
+  for (int ph = 0; ph < lcplan::exec::kPhases; ++ph) {
+    std::vector<double> vb, vk;
+    for (int st = first; st <= steps; ++st) {
+      const size_t i = size_t((st - first) * lcplan::exec::kPhases + ph);
+      vb.push_back(busy[i]);
+      vk.push_back(busy[size_t(n) + i]);
+    }
+    std::sort(vb.begin(), vb.end());
+    std::sort(vk.begin(), vk.end());
+    const char* name = lcplan::to_string(lcplan::Phase(ph));
+    b[name] = vb[vb.size() / 2];
+    k[name] = vk[vk.size() / 2];
+  }
+  j["busy_seconds"] = b;
+  j["kernel_seconds"] = k;
+  j["untagged_activities"] = counts[0];
+  j["conflicting_activities"] = counts[1];
+  j["dropped_records"] = counts[2];  // non-zero: the times above under-count
+  return j;
+}
+
 lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm& world, const lcplan::exec::ScaledCase& sc,
-                                  const lcplan::exec::ExecOptions& o) {
+                                  lcplan::exec::ExecOptions o, bool cupti, nlohmann::json* cupti_out) {
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(world.mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int local = 0, devices = 0;
@@ -133,15 +184,29 @@ lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm& world, const lcplan:
   CUBLAS_CHECK(cublasCreate(&s.blas));
   CUBLAS_CHECK(cublasSetStream(s.blas, s.stream));
   s.nccl = lcplan::comm::world_nccl(s.stream);
-  return lcplan::exec::cuda::run_executor(world, s.nccl, s.stream, s.blas, sc.model, sc.plan, o);
+  if (!cupti) return lcplan::exec::cuda::run_executor(world, s.nccl, s.stream, s.blas, sc.model, sc.plan, o);
+  lcplan::profiler::CuptiTracer tracer(size_t(32) << 20, lcplan::profiler::Tags::On);
+  const auto before = o.on_phase;
+  o.on_phase = [&tracer, before](const lcplan::exec::PhaseMark& m) {
+    if (before) before(m);
+    if (m.begin) {
+      tracer.push_tag(uint64_t(m.step) * 16 + uint64_t(m.phase) + 1);
+    } else {
+      tracer.pop_tag();
+    }
+  };
+  lcplan::exec::ExecResult r = lcplan::exec::cuda::run_executor(world, s.nccl, s.stream, s.blas, sc.model, sc.plan, o);
+  CUDA_CHECK(cudaDeviceSynchronize());  // every traced activity finished before CUPTI hands its buffers over
+  *cupti_out = cupti_phases(world, lcplan::profiler::time_by_tag(tracer.take()), int(r.loss.size()));
+  return r;
 }
 #else
 void check_cuda_backend(const lcplan::exec::ScaledCase&) {
   throw UserError("--backend cuda: this lcplan-exec was built without CUDA (no nvcc when it was configured); use "
                   "--backend cpu");
 }
-lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm&, const lcplan::exec::ScaledCase&,
-                                  const lcplan::exec::ExecOptions&) {
+lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm&, const lcplan::exec::ScaledCase&, lcplan::exec::ExecOptions,
+                                  bool, nlohmann::json*) {
   throw std::logic_error("run_cuda without CUDA (check_cuda_backend refuses first)");
 }
 #endif
@@ -222,10 +287,12 @@ int main(int argc, char** argv) {
     }
     lcplan::comm::raise_if_any(world, err);
     running = true;
-    const lcplan::exec::ExecResult r = a.backend == "cuda" ? run_cuda(world, sc, o)
+    nlohmann::json cupti;
+    const lcplan::exec::ExecResult r = a.backend == "cuda" ? run_cuda(world, sc, o, a.cupti, &cupti)
                                                            : lcplan::exec::run_executor(world, sc.model, sc.plan, o);
     if (world.rank == 0) {
-      const lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
+      lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
+      if (!cupti.is_null()) m.executor["cupti_phases"] = cupti;
       if (!a.phase_trace.empty()) {  // before the record: a record on disk means the whole run succeeded
         std::vector<int> stages;
         size_t n = 0;

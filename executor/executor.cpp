@@ -92,7 +92,11 @@ struct HostBackend {
   comm::PipeLinks pipe_links(const comm::Comm& pp) const { return comm::make_pipe_links(pp, nullptr, nullptr, nullptr); }
   void before_send() const {}
   void after_recv() const {}
-  void phase_end(const Tracker&) const {}
+  void phase_begin(Phase) const {}
+  void phase_end(const Tracker&, Phase) const {}
+  std::array<double, kPhases> device_phase_seconds() const { return {}; }
+  std::string name() const { return "cpu"; }
+  std::string device() const { return "cpu"; }
   std::vector<std::string> notes() const { return {}; }
 };
 

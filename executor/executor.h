@@ -53,6 +53,9 @@ struct ExecResult {
   std::vector<double> loss, grad_norm, step_seconds;  // per step, identical on every rank
   // Per step, each phase's wall seconds on the slowest rank in that phase (identical on every rank).
   std::vector<std::array<double, kPhases>> step_phase_seconds;
+  // Per step, each phase's seconds on the device's own clock (the GPU backend's CUDA events around each phase on the
+  // compute stream, exec/phase_timer_cuda.h) on the slowest rank in that phase; zeros on CPUs.
+  std::vector<std::array<double, kPhases>> step_device_phase_seconds;
   // Per step, the least CPU time any rank's main thread got (waits poll, so a rank that had its core all step gets
   // about its wall time; less means it shared the core with other processes and the wall times are disturbed).
   std::vector<double> step_cpu_seconds;
@@ -65,6 +68,7 @@ struct ExecResult {
   std::vector<std::string> notes;  // this rank's backend's remarks for the record (the GPU backend: the device's
                                    // used memory against the tracker's, when they disagree)
   int microbatches = 1;
+  std::string backend = "cpu", device = "cpu";  // what ran the step (the record's backend and device)
 };
 
 // `m` and `p` are what runs (already scaled: executor_case()). Collective over `world`; every rank returns the same

@@ -3,6 +3,7 @@
 #include "executor/device_memory_check.h"
 #include "executor/layers_cuda.h"
 #include "executor/param_store_cuda.h"
+#include "executor/phase_timer_cuda.h"
 #include "executor/step_impl.h"
 #include "kernels/common/cuda_check.h"
 
@@ -62,11 +63,23 @@ struct DeviceBackend {
   }
   // After each phase: the stream drained, the tracker's live bytes against the growth of the device's used memory
   // since the backend was made (device_memory_check.h); the first disagreement is kept for the record.
-  void phase_end(const Tracker& t) {
+  // CUDA events on the compute stream around each phase (PhaseTimer): the device's own time for it.
+  void phase_begin(Phase ph) { timer.begin(ph); }
+  void phase_end(const Tracker& t, Phase ph) {
+    timer.end(ph);
     CUDA_CHECK(cudaStreamSynchronize(stream));
     if (!note.empty()) return;
     const DeviceMemoryCheck m = check_device_memory(t.live_total(), device_used_bytes(), baseline, t.live_charges());
     if (!m.consistent) note = m.note;
+  }
+  std::array<double, kPhases> device_phase_seconds() const { return timer.seconds(); }
+  std::string name() const { return "cuda"; }
+  std::string device() const {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    return prop.name;
   }
   std::vector<std::string> notes() const { return note.empty() ? std::vector<std::string>{} : std::vector{note}; }
 
@@ -74,6 +87,7 @@ struct DeviceBackend {
   std::string note;
   cudaStream_t send_fwd = nullptr, send_bwd = nullptr;  // the outgoing pipeline links' streams (pp > 1)
   cudaEvent_t produced = nullptr;
+  PhaseTimer timer{stream};
 
   ~DeviceBackend() {
     if (produced) CUDA_LOG(cudaEventDestroy(produced));

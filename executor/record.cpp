@@ -119,8 +119,8 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   m.loss = r.loss.front();
   m.grad_norm = r.grad_norm.front();
   for (size_t i = 0; i < r.loss.size(); ++i) m.per_step.push_back({r.loss[i], r.grad_norm[i], r.step_seconds[i]});
-  m.backend = "cpu";
-  m.device = "cpu";
+  m.backend = r.backend;
+  m.device = r.device;
   m.host = host;
   nlohmann::json ex;
   ex["workspace_reserve_bytes"] = o.workspace_reserve;
@@ -129,6 +129,18 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   ex["setup_seconds"] = r.setup_seconds;
   ex["seed"] = o.seed;
   ex["linear_ce_vocab_tile"] = o.ce_vocab_tile;
+  if (r.backend != "cpu" && !r.step_device_phase_seconds.empty()) {
+    // The device's own clock per phase (CUDA events on the compute stream), the median over the steps after the
+    // first, each the slowest rank's: the phases' seconds above are the host clock after the stream drained.
+    nlohmann::json dev;
+    for (int ph = 0; ph < kPhases; ++ph) {
+      std::vector<double> secs;
+      for (size_t i = r.step_device_phase_seconds.size() > 1 ? 1 : 0; i < r.step_device_phase_seconds.size(); ++i)
+        secs.push_back(r.step_device_phase_seconds[i][size_t(ph)]);
+      dev[to_string(Phase(ph))] = median(secs);
+    }
+    ex["device_phase_seconds"] = dev;
+  }
   if (recv_sum > 0) ex["moe_routing_load"] = recv_max / (recv_sum / double(r.ranks.size()));
   if (sc.plan.parallel.pp > 1) {
     // The measured counterpart of the estimator's bubble: the least time any rank spent blocked on others in a step

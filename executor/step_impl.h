@@ -9,7 +9,10 @@
 //   pipe_links(pp)         the links between pipeline stages (comm::make_pipe_links, on the backend's streams)
 //   before_send()          the outgoing links may read what the rank's work so far wrote (the device orders streams)
 //   after_recv()           a received message is in place before the host goes on (the bubble is timed)
-//   phase_end(tracker)     waits for the device's queued work (a phase's end is read after it), checks its memory
+//   phase_begin(phase)     marks a phase's start on the device (CUDA events; nothing on CPUs)
+//   phase_end(tracker, phase) waits for the device's queued work (a phase's end is read after it), checks its memory
+//   device_phase_seconds() the device's own time per phase so far (CUDA events), zeros on CPUs
+//   name(), device()       the backend ("cpu", "cuda") and what it ran on, for the record
 //   notes()                remarks for the record
 #pragma once
 
@@ -205,11 +208,12 @@ struct Step {
     Clock::time_point origin;
     auto begin_phase = [&](Phase ph, int step, int mbatch, int vst) {
       tr.set_phase(ph);
+      be.phase_begin(ph);
       open = PhaseMark{ph, true, step, mbatch, vst, since(origin)};
       if (o.on_phase) o.on_phase(open);
     };
     auto end_phase = [&]() {
-      be.phase_end(tr);  // the device's work of the phase is done before its end is read off the host clock
+      be.phase_end(tr, open.phase);  // the device's work of the phase is done before its end is read off the host clock
       PhaseMark m = open;
       m.begin = false;
       m.seconds = since(origin);
@@ -270,6 +274,7 @@ struct Step {
     comm::barrier(world);  // the phase trace's common origin
     origin = Clock::now();
     const double cpu0 = cpu_now();
+    std::array<double, kPhases> device_before = be.device_phase_seconds();
     for (int step = 1; step <= o.steps; ++step) {
       const auto t_step = Clock::now();
       const double cpu_step = thread_cpu_now();
@@ -435,12 +440,19 @@ struct Step {
       const std::array<double, kPhases> this_step = phase_totals(segments, step);
       for (int ph = 0; ph < kPhases; ++ph) rep.phase_seconds[size_t(ph)] += this_step[size_t(ph)];
       res.step_phase_seconds.push_back(this_step);
+      const std::array<double, kPhases> device_now = be.device_phase_seconds();
+      std::array<double, kPhases> device_step{};
+      for (int ph = 0; ph < kPhases; ++ph) device_step[size_t(ph)] = device_now[size_t(ph)] - device_before[size_t(ph)];
+      res.step_device_phase_seconds.push_back(device_step);
+      device_before = device_now;
       res.step_cpu_seconds.push_back(thread_cpu_now() - cpu_step);
       res.step_pipeline_wait_seconds.push_back(pipeline_wait_seconds(segments, step));
       if (!o.gather_segments) segments.clear();  // bounded by one step's segments
     }
     for (int ph = 0; ph < kPhases; ++ph) rep.phases[ph] = tr.peak(Phase(ph));
     res.notes = be.notes();
+    res.backend = be.name();
+    res.device = be.device();
     rep.workspace_high_water = tr.workspace_high_water();
     rep.moe_rows_received = c.moe_rows_received;
     rep.moe_rows_sent = c.moe_rows_sent;
@@ -471,6 +483,8 @@ struct Step {
                      comm::DType::F64, comm::ReduceOp::Min);
     comm::all_reduce(world, res.step_seconds.data(), res.step_seconds.size(), comm::DType::F64, comm::ReduceOp::Max);
     comm::all_reduce(world, res.step_phase_seconds.data()->data(), res.step_phase_seconds.size() * kPhases,
+                     comm::DType::F64, comm::ReduceOp::Max);
+    comm::all_reduce(world, res.step_device_phase_seconds.data()->data(), res.step_device_phase_seconds.size() * kPhases,
                      comm::DType::F64, comm::ReduceOp::Max);
     comm::all_reduce(world, res.step_cpu_seconds.data(), res.step_cpu_seconds.size(), comm::DType::F64,
                      comm::ReduceOp::Min);

@@ -6,6 +6,8 @@
 #   node.txt       the node (nvidia-smi, toolkit, libraries a packed binary could not find);
 #   selftest.txt   lcplan selftest --gpu: every test of gpu_tests.tsv on the device, then a short profile;
 #   selftest-profile.json   that profile (commit it with its provenance: node.txt's GPU, driver, date);
+#   exec-cuda.json / exec-cuda.txt   one lcplan-exec --backend cuda --cupti run of a 1-GPU dense plan (its record:
+#                  CUDA-event and CUPTI seconds per phase) and `lcplan validate` of it against its estimate;
 #   sanitizer.txt  compute-sanitizer memcheck of each GPU test binary, in the time left;
 #   summary.txt    one line per step: pass, FAIL, skipped or not run (out of time).
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 when the pack is missing.
@@ -61,7 +63,26 @@ case $rc in
   *) note FAIL "lcplan selftest --gpu (exit $rc: selftest.txt)" ;;
 esac
 
-# 2. compute-sanitizer memcheck of each binary, the executor's first (never run on a GPU before), in the time left.
+# 2. The executor itself on the device: one GPU (the node may have no second), three steps, CUPTI per phase.
+if [ "$rc" -eq 77 ]; then
+  note skipped "lcplan-exec --backend cuda (no usable device)"
+else
+  t=$(left)
+  t=$((t < 120 ? t : 120))
+  timeout "$t" "$pack/usr/bin/mpirun" --allow-run-as-root --oversubscribe -np 1 "$pack/build/cli/lcplan-exec" \
+    --plan tests/executor/plans/dense-1gpu.json --scale 16 --layers 2 --steps 3 --backend cuda --cupti \
+    --out "$out/exec-cuda.json" >"$out/exec-cuda.txt" 2>&1 </dev/null
+  rc=$?
+  if [ "$rc" -eq 0 ]; then
+    note pass "lcplan-exec --backend cuda --cupti (exec-cuda.json)"
+    lcplan validate --plan tests/executor/plans/dense-1gpu.json --measured "$out/exec-cuda.json" >>"$out/exec-cuda.txt" 2>&1 ||
+      note FAIL "lcplan validate of the GPU run (exec-cuda.txt)"
+  else
+    note FAIL "lcplan-exec --backend cuda --cupti (exit $rc: exec-cuda.txt)"
+  fi
+fi
+
+# 3. compute-sanitizer memcheck of each binary, the executor's first (never run on a GPU before), in the time left.
 if ! command -v compute-sanitizer >/dev/null; then
   note skipped "compute-sanitizer (not on this node)"
 else
