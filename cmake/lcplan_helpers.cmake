@@ -17,9 +17,15 @@ function(lcplan_test)
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 300)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "LCPLAN_DATA_DIR=${PROJECT_SOURCE_DIR}")
-  # GPU tests GTEST_SKIP without a device; report that to CTest as skipped, not passed.
+  # GPU tests GTEST_SKIP without a device; report that to CTest as skipped, not passed -- but only when nothing
+  # failed: tests/common/gpu_skip_marker.cpp prints the marker then (CTest skips on a match whatever the exit status).
   if("gpu" IN_LIST T_LABELS)
-    set_tests_properties(${T_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    target_sources(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests/common/gpu_skip_marker.cpp)
+    if(T_MPI_NP)
+      target_compile_definitions(${T_NAME} PRIVATE LCPLAN_TEST_MPI)
+      target_link_libraries(${T_NAME} PRIVATE MPI::MPI_CXX)
+    endif()
+    set_tests_properties(${T_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "lcplan-gpu-test: [0-9]+ skipped, none failed")
     # One manifest row for lcplan selftest --gpu (lcplan_write_gpu_test_manifest): the binary relative to the build
     # tree, so a build carried to a GPU node finds its tests wherever it lands.
     file(RELATIVE_PATH rel ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME})
