@@ -12,20 +12,19 @@
 
 namespace lcplan::exec::cuda {
 
-std::string device_layer_support_error(const std::vector<LayerSpec>& layers, bool linear_ce) {
+std::string device_layer_support_error(const std::vector<LayerSpec>& layers) {
   for (const LayerSpec& l : layers) {
     if (l.mixer != MixerKind::FullAttention)
       return "the GPU backend runs full-attention layers only (gated DeltaNet and MLA layers run on --backend cpu)";
     if (l.ffn != FfnKind::Dense)
       return "the GPU backend runs dense MLP layers only (MoE layers run on --backend cpu)";
   }
-  if (!linear_ce) return "the GPU backend computes the loss with linear CE only (give linear_ce: true)";
   return "";
 }
 
 namespace {
 
-// Scratch for one call, charged to `cat` while the call's work is queued (freeing it waits for the device).
+// Scratch for one call, charged to `cat` while the call's work is queued (freed in the stream's order).
 DeviceBuf<float> scratch(Tracker& t, Category cat, size_t bytes) {
   return DeviceBuf<float>(t, cat, (bytes + sizeof(float) - 1) / sizeof(float));
 }
@@ -159,10 +158,13 @@ void DeviceOps::attention_bwd(Ctx&, const attention::Shape& s, const float* q, c
 
 double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
                                 DeviceBuf<float>& dh, DeviceBuf<float>& dW) {
-  if (!c.linear_ce) throw std::logic_error("DeviceOps::cross_entropy: materialized logits (refused before the step)");
   const int64_t T = c.tokens, H = c.d.H, V = c.d.Vl;
   const bool vp = c.tp > 1;  // vocabulary-parallel LM head
-  const impl::CeCall ce = impl::ce_call(c);
+  impl::CeCall ce = impl::ce_call(c);
+  // Materialized logits: one fp32 tile of every local token by the whole shard, the [tokens x vocab / tp] logits
+  // (Megatron's _VocabParallelCrossEntropy, the host's vocab_parallel_ce and forward_naive_cpu), and d_hidden an
+  // ordinary activation gradient (workspace) as on the host.
+  if (!c.linear_ce) ce.o.vocab_tile = V;
   const linear_ce::Problem& p = ce.p;
   const linear_ce::Options& o = ce.o;
   const auto F32 = linear_ce::DType::F32;
@@ -178,7 +180,7 @@ double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const in
     else
       linear_ce::cuda::forward(handle, p, F32, h, W, targets, scalars.data(), lse, o, w.data(), bytes, stream);
   }
-  dh = DeviceBuf<float>(tr, Category::Logits, size_t(T * H));
+  dh = DeviceBuf<float>(tr, c.linear_ce ? Category::Logits : Category::Workspace, size_t(T * H));
   dW = ws(size_t(V * H));
   {
     DeviceBuf<float> w = scratch(tr, Category::Logits, bytes);

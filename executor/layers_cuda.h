@@ -6,7 +6,9 @@
 // Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows, load-balanced context
 // parallelism), dense SwiGLU MLPs, the embedding and the linear-CE loss, with TP + sequence parallelism (fp32 partial
 // sums reduce-scattered, where the host reduces fp64) and every recompute mode. Refused with one sentence
-// (device_layer_support_error): gated DeltaNet, MLA, MoE, materialized logits.
+// (device_layer_support_error): gated DeltaNet, MLA, MoE. The materialized-logits loss is the linear-CE kernel with
+// one tile of every local token by the whole vocabulary shard: the fp32 logits held at once, as Megatron's
+// vocab-parallel cross-entropy holds them.
 #pragma once
 
 #include <string>
@@ -23,9 +25,8 @@ namespace lcplan::exec::cuda {
 
 using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
 
-// Empty when the device layers run these layers with (linear_ce) the streamed loss, else one sentence naming what
-// they lack.
-std::string device_layer_support_error(const std::vector<LayerSpec>& layers, bool linear_ce);
+// Empty when the device layers run these layers, else one sentence naming what they lack.
+std::string device_layer_support_error(const std::vector<LayerSpec>& layers);
 
 // The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
 // enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and

@@ -252,35 +252,39 @@ TEST_F(LayersCuda, LossAndEmbeddingMatchTheHost) {
   cuda::embedding_backward(o, cd, tok_d.data(), dy_d.data(), ge_d.data());
   EXPECT_LT(rel_norm(download(ge_d.data(), ge_h.size()), ge_h), 1e-6) << "embedding gradient";
 
-  // loss: final norm, LM head, linear CE and their backward
-  const std::vector<float> x = bf16_values(n, 22, 1.0f);
-  const double scale = 1.0 / double(kSeq);
-  std::vector<float> dx_h(n), fg_h(units[fn].n_dense, 0.0f), hg_h(units[head].n_dense, 0.0f);
-  const double loss_h = loss_forward_backward(ch, ps.view(int(fn)).dense, ps.view(int(head)).dense, fg_h.data(),
-                                              hg_h.data(), x.data(), targets.data(), scale, dx_h.data());
-  cuda::DeviceBuf<bf16> fw = upload(td, Category::Params, ps.view(int(fn)).dense, units[fn].n_dense);
-  cuda::DeviceBuf<bf16> hw = upload(td, Category::Params, ps.view(int(head)).dense, units[head].n_dense);
-  cuda::DeviceBuf<float> x_dev = upload(td, Category::Workspace, x.data(), n), dx_d(td, Category::Workspace, n);
-  cuda::DeviceBuf<float> fg_d(td, Category::Grads, units[fn].n_dense), hg_d(td, Category::Grads, units[head].n_dense);
-  const double loss_d = cuda::loss_forward_backward(o, cd, fw.data(), hw.data(), fg_d.data(), hg_d.data(),
-                                                    x_dev.data(), tgt_d.data(), scale, dx_d.data());
-  EXPECT_NEAR(loss_d, loss_h, 1e-3 * std::abs(loss_h)) << "summed loss";
-  EXPECT_LT(rel_norm(download(dx_d.data(), n), dx_h), kRelNorm) << "loss input gradient";
-  EXPECT_LT(rel_norm(download(fg_d.data(), fg_h.size()), fg_h), kRelNorm) << "final-norm gradient";
-  EXPECT_LT(rel_norm(download(hg_d.data(), hg_h.size()), hg_h), kRelNorm) << "LM-head gradient";
+  // loss: final norm, LM head, linear CE (then materialized logits: one tile of the whole vocabulary) and their
+  // backward
+  for (bool linear : {true, false}) {
+    SCOPED_TRACE(linear ? "linear CE" : "materialized logits");
+    ch.linear_ce = cd.linear_ce = linear;
+    const std::vector<float> x = bf16_values(n, 22, 1.0f);
+    const double scale = 1.0 / double(kSeq);
+    std::vector<float> dx_h(n), fg_h(units[fn].n_dense, 0.0f), hg_h(units[head].n_dense, 0.0f);
+    const double loss_h = loss_forward_backward(ch, ps.view(int(fn)).dense, ps.view(int(head)).dense, fg_h.data(),
+                                                hg_h.data(), x.data(), targets.data(), scale, dx_h.data());
+    cuda::DeviceBuf<bf16> fw = upload(td, Category::Params, ps.view(int(fn)).dense, units[fn].n_dense);
+    cuda::DeviceBuf<bf16> hw = upload(td, Category::Params, ps.view(int(head)).dense, units[head].n_dense);
+    cuda::DeviceBuf<float> x_dev = upload(td, Category::Workspace, x.data(), n), dx_d(td, Category::Workspace, n);
+    cuda::DeviceBuf<float> fg_d(td, Category::Grads, units[fn].n_dense), hg_d(td, Category::Grads, units[head].n_dense);
+    const double loss_d = cuda::loss_forward_backward(o, cd, fw.data(), hw.data(), fg_d.data(), hg_d.data(),
+                                                      x_dev.data(), tgt_d.data(), scale, dx_d.data());
+    EXPECT_NEAR(loss_d, loss_h, 1e-3 * std::abs(loss_h)) << "summed loss";
+    EXPECT_LT(rel_norm(download(dx_d.data(), n), dx_h), kRelNorm) << "loss input gradient";
+    EXPECT_LT(rel_norm(download(fg_d.data(), fg_h.size()), fg_h), kRelNorm) << "final-norm gradient";
+    EXPECT_LT(rel_norm(download(hg_d.data(), hg_h.size()), hg_h), kRelNorm) << "LM-head gradient";
+  }
 }
 
 // What the device layers and step refuse, named in one sentence (pure: runs everywhere).
 TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
   const ModelSpec m = case_model(false);
-  EXPECT_EQ(cuda::device_layer_support_error(m.layers, true), "");
-  EXPECT_NE(cuda::device_layer_support_error(m.layers, false).find("linear CE only"), std::string::npos);
+  EXPECT_EQ(cuda::device_layer_support_error(m.layers), "");
   std::vector<LayerSpec> moe = m.layers;
   moe[0].ffn = FfnKind::MoE;
-  EXPECT_NE(cuda::device_layer_support_error(moe, true).find("dense MLP layers only"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(moe).find("dense MLP layers only"), std::string::npos);
   std::vector<LayerSpec> gdn = m.layers;
   gdn[0].mixer = MixerKind::LinearAttention;
-  EXPECT_NE(cuda::device_layer_support_error(gdn, true).find("full-attention layers only"), std::string::npos);
+  EXPECT_NE(cuda::device_layer_support_error(gdn).find("full-attention layers only"), std::string::npos);
   Plan p = make_plan("llama-3.1-8b", {.gpus = 2, .pp = 2});
   EXPECT_EQ(cuda::device_support_error(m, p), "");  // stage-to-stage links (comm::make_pipe_links)
   p = make_plan("llama-3.1-8b", {.gpus = 2, .tp = 2});

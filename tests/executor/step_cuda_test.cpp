@@ -42,6 +42,8 @@ const StepCase kCases[] = {
                                 .recompute = Recompute::Selective}},
     {"dp2_fsdp_full_recompute", {.gpus = 2, .seq = 4096, .sharding = OptimizerSharding::Fsdp,
                                  .recompute = Recompute::Full}},
+    // Materialized logits, vocabulary-parallel: the [tokens x vocab / 2] fp32 logits in one tile.
+    {"tp2_materialized_logits", {.gpus = 2, .tp = 2, .seq = 4096, .linear_ce = false}},
     {"pp2_1f1b", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 4096}},
     // Two interleaved stages: both links of the pair carry messages each way (the wrap to the next chunk).
     {"pp2_vpp2", {.gpus = 2, .global_batch = 4, .pp = 2, .vpp = 2, .seq = 4096}, 4},
