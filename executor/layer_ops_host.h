@@ -1,6 +1,6 @@
 // The host backend of the layers' orchestration (layers_impl.h): host Bufs charged to the tracker, the CPU ops of
 // ops.h (fp64-accumulating GEMMs), the CPU kernels and MPI groups. The members that are more than one call live in
-// layers.cpp with the host-only mixers and FFNs (gated DeltaNet, MoE) they share helpers with.
+// layers.cpp with the host-only MoE FFN they share helpers with.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "executor/ops.h"
 #include "executor/ops_math.h"
 #include "kernels/attention/attention.h"
+#include "kernels/linear_attention/linear_attention.h"
 
 namespace lcplan::exec {
 
@@ -102,11 +103,50 @@ struct HostOps {
   double cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
                        Buf<float>& dh, Buf<float>& dW);
 
-  // The mixers and FFNs that only the host runs.
-  void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Keep keep, LayerSaved& sv,
-               const Buf<float>* rebuild_state, float* y);
-  void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* dy,
-               float* dn1);
+  // Gated DeltaNet: the gates, the gated norm, the causal conv1d and the delta rule (kernels/linear_attention); the
+  // kernels' own scratch is charged to workspace at its peak, as they report it.
+  void gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                 int64_t T, int64_t lv, float* gb) {
+    exec::gdn_gates(proj, P, acol, bcol, a_log, dt_bias, T, lv, gb);
+  }
+  void gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                     const float* gb, const float* dg, const float* dbeta, int64_t r0, int64_t n, int64_t lv,
+                     float* dproj, float* d_dt_bias, float* d_a_log) {
+    exec::gdn_gates_bwd(proj, P, acol, bcol, a_log, dt_bias, gb, dg, dbeta, r0, n, lv, dproj, d_dt_bias, d_a_log);
+  }
+  void gated_norm(const float* x, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads, int64_t dv) {
+    exec::gated_norm(x, z, w, y, rows, heads, dv);
+  }
+  void gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* dy, float* dx, float* dz, float* dw,
+                      int64_t rows, int64_t heads, int64_t dv) {
+    exec::gated_norm_bwd(x, z, w, dy, dx, dz, dw, rows, heads, dv);
+  }
+  void conv1d_fwd(const linear_attention::Conv& cv, const float* x, const float* hist, const float* w, float* y) {
+    linear_attention::conv1d_forward_cpu(cv, x, hist, w, nullptr, y);
+  }
+  void conv1d_history(const linear_attention::Conv& cv, const float* x, const float* hist, float* next) {
+    linear_attention::conv1d_next_history(cv, x, hist, next);
+  }
+  void conv1d_bwd(const linear_attention::Conv& cv, const float* x, const float* hist, const float* w, const float* dy,
+                  float* dx, float* d_hist, float* dw) {
+    linear_attention::conv1d_backward_cpu(cv, x, hist, w, nullptr, dy, dx, d_hist, dw, nullptr);
+  }
+  void la_fwd(const linear_attention::Shape& s, const float* q, const float* k, const float* v, const float* g,
+              const float* beta, const float* state_in, float* o, float* state_out, const linear_attention::Options& opt) {
+    linear_attention::Stats st;
+    linear_attention::forward_cpu(s, q, k, v, g, beta, state_in, o, state_out, opt, &st);
+    Tracker::Charge scratch(tr, Category::Workspace, double(st.peak_extra_bytes));
+  }
+  void la_bwd(const linear_attention::Shape& s, const float* q, const float* k, const float* v, const float* g,
+              const float* beta, const float* state_in, const float* d_o, const float* d_state_out, float* dq,
+              float* dk, float* dv, float* dg, float* dbeta, float* d_state_in, const linear_attention::Options& opt) {
+    linear_attention::Stats st;
+    linear_attention::backward_cpu(s, q, k, v, g, beta, state_in, d_o, d_state_out, dq, dk, dv, dg, dbeta, d_state_in,
+                                   opt, &st);
+    Tracker::Charge scratch(tr, Category::Workspace, double(st.peak_extra_bytes));
+  }
+
+  // The MoE FFN, which only the host runs.
   void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y);
   void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* n2,
                const float* dy, float* dn2);

@@ -7,6 +7,7 @@
 #include "executor/ops_cuda.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/linear_attention/linear_attention_cuda.h"
 #include "kernels/linear_ce/linear_ce_cuda.h"
 #include "kernels/linear_ce/linear_ce_vocab_parallel_cuda.h"
 
@@ -14,8 +15,8 @@ namespace lcplan::exec::cuda {
 
 std::string device_layer_support_error(const std::vector<LayerSpec>& layers) {
   for (const LayerSpec& l : layers) {
-    if (l.mixer != MixerKind::FullAttention)
-      return "the GPU backend runs full-attention layers only (gated DeltaNet and MLA layers run on --backend cpu)";
+    if (l.mixer == MixerKind::MLA)
+      return "the GPU backend runs full-attention and gated DeltaNet layers (MLA layers run on --backend cpu)";
     if (l.ffn != FfnKind::Dense)
       return "the GPU backend runs dense MLP layers only (MoE layers run on --backend cpu)";
   }
@@ -197,13 +198,49 @@ double DeviceOps::cross_entropy(Ctx& c, const float* h, const float* W, const in
   return loss;
 }
 
-void DeviceOps::gdn_fwd(Ctx&, const UnitLayout&, const UnitView&, const float*, Keep, DeviceLayerSaved&,
-                        const DeviceBuf<float>*, float*) {
-  throw std::logic_error("DeviceOps::gdn_fwd: gated DeltaNet is not on the device (refused before the step)");
+void DeviceOps::gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log,
+                          const bf16* dt_bias, int64_t T, int64_t lv, float* gb) {
+  cuda::gdn_gates(proj, P, acol, bcol, a_log, dt_bias, T, lv, gb, stream);
 }
-void DeviceOps::gdn_bwd(Ctx&, const UnitLayout&, const UnitView&, const UnitGrad&, DeviceLayerSaved&, const float*,
-                        float*) {
-  throw std::logic_error("DeviceOps::gdn_bwd: gated DeltaNet is not on the device (refused before the step)");
+void DeviceOps::gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log,
+                              const bf16* dt_bias, const float* gb, const float* dg, const float* dbeta, int64_t r0,
+                              int64_t n, int64_t lv, float* dproj, float* d_dt_bias, float* d_a_log) {
+  cuda::gdn_gates_bwd(proj, P, acol, bcol, a_log, dt_bias, gb, dg, dbeta, r0, n, lv, dproj, d_dt_bias, d_a_log, stream);
+}
+void DeviceOps::gated_norm(const float* x, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads,
+                           int64_t dv) {
+  cuda::gated_norm(x, z, w, y, rows, heads, dv, stream);
+}
+void DeviceOps::gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* dy, float* dx, float* dz,
+                               float* dw, int64_t rows, int64_t heads, int64_t dv) {
+  const size_t bytes = norm_bwd_workspace_bytes(rows * heads);  // one normalised row per (token, head)
+  DeviceBuf<float> s = scratch(tr, Category::Workspace, bytes);
+  cuda::gated_norm_bwd(x, z, w, dy, dx, dz, dw, rows, heads, dv, s.data(), bytes, stream);
+}
+void DeviceOps::conv1d_fwd(const linear_attention::Conv& cv, const float* x, const float* hist, const float* w,
+                           float* y) {
+  linear_attention::cuda::conv1d_forward(cv, x, hist, w, nullptr, y, stream);
+}
+void DeviceOps::conv1d_history(const linear_attention::Conv& cv, const float* x, const float* hist, float* next) {
+  linear_attention::cuda::conv1d_next_history(cv, x, hist, next, stream);
+}
+void DeviceOps::conv1d_bwd(const linear_attention::Conv& cv, const float* x, const float* hist, const float* w,
+                           const float* dy, float* dx, float* d_hist, float* dw) {
+  linear_attention::cuda::conv1d_backward(cv, x, hist, w, nullptr, dy, dx, d_hist, dw, nullptr, stream);
+}
+void DeviceOps::la_fwd(const linear_attention::Shape& s, const float* q, const float* k, const float* v,
+                       const float* g, const float* beta, const float* state_in, float* o, float* state_out,
+                       const linear_attention::Options& opt) {
+  linear_attention::cuda::forward(s, q, k, v, g, beta, state_in, o, state_out, opt, stream);
+}
+void DeviceOps::la_bwd(const linear_attention::Shape& s, const float* q, const float* k, const float* v,
+                       const float* g, const float* beta, const float* state_in, const float* d_o,
+                       const float* d_state_out, float* dq, float* dk, float* dv, float* dg, float* dbeta,
+                       float* d_state_in, const linear_attention::Options& opt) {
+  const size_t bytes = linear_attention::cuda::backward_workspace_bytes(s, opt);
+  DeviceBuf<float> w = scratch(tr, Category::Workspace, bytes);
+  linear_attention::cuda::backward(s, q, k, v, g, beta, state_in, d_o, d_state_out, dq, dk, dv, dg, dbeta, d_state_in,
+                                   opt, w.data(), bytes, stream);
 }
 void DeviceOps::moe_fwd(Ctx&, const UnitLayout&, const UnitView&, const float*, Keep, DeviceLayerSaved&, float*) {
   throw std::logic_error("DeviceOps::moe_fwd: MoE is not on the device (refused before the step)");

@@ -4,7 +4,7 @@
 // where the host layer charges its Buf, so peaks per phase come from the same code.
 //
 // Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows, load-balanced context
-// parallelism), dense SwiGLU MLPs, the embedding and the linear-CE loss, with TP + sequence parallelism (fp32 partial
+// parallelism), gated DeltaNet (with its CP state passing), dense SwiGLU MLPs, the embedding and the linear-CE loss, with TP + sequence parallelism (fp32 partial
 // sums reduce-scattered, where the host reduces fp64) and every recompute mode. Refused with one sentence
 // (device_layer_support_error): gated DeltaNet, MLA, MoE. The materialized-logits loss is the linear-CE kernel with
 // one tile of every local token by the whole vocabulary shard: the fp32 logits held at once, as Megatron's
@@ -20,6 +20,7 @@
 #include "executor/device_buf_cuda.h"
 #include "executor/layers.h"
 #include "kernels/attention/attention.h"
+#include "kernels/linear_attention/linear_attention.h"
 
 namespace lcplan::exec::cuda {
 
@@ -81,11 +82,26 @@ struct DeviceOps {
   double cross_entropy(Ctx& c, const float* h, const float* W, const int64_t* targets, float gl, float* lse,
                        Buf<float>& dh, Buf<float>& dW);
 
+  // Gated DeltaNet: ops_cuda.h's gates and gated norm, kernels/linear_attention's CUDA conv1d and delta rule.
+  void gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                 int64_t T, int64_t lv, float* gb);
+  void gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                     const float* gb, const float* dg, const float* dbeta, int64_t r0, int64_t n, int64_t lv,
+                     float* dproj, float* d_dt_bias, float* d_a_log);
+  void gated_norm(const float* x, const float* z, const bf16* w, float* y, int64_t rows, int64_t heads, int64_t dv);
+  void gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* dy, float* dx, float* dz, float* dw,
+                      int64_t rows, int64_t heads, int64_t dv);
+  void conv1d_fwd(const linear_attention::Conv& cv, const float* x, const float* hist, const float* w, float* y);
+  void conv1d_history(const linear_attention::Conv& cv, const float* x, const float* hist, float* next);
+  void conv1d_bwd(const linear_attention::Conv& cv, const float* x, const float* hist, const float* w, const float* dy,
+                  float* dx, float* d_hist, float* dw);
+  void la_fwd(const linear_attention::Shape& s, const float* q, const float* k, const float* v, const float* g,
+              const float* beta, const float* state_in, float* o, float* state_out, const linear_attention::Options& opt);
+  void la_bwd(const linear_attention::Shape& s, const float* q, const float* k, const float* v, const float* g,
+              const float* beta, const float* state_in, const float* d_o, const float* d_state_out, float* dq,
+              float* dk, float* dv, float* dg, float* dbeta, float* d_state_in, const linear_attention::Options& opt);
+
   // Not on the device (device_layer_support_error refuses them first): each throws std::logic_error.
-  void gdn_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* x, Keep keep, DeviceLayerSaved& sv,
-               const Buf<float>* rebuild_state, float* y);
-  void gdn_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
-               const float* dy, float* dn1);
   void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, DeviceLayerSaved& sv,
                float* y);
   void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,

@@ -142,6 +142,30 @@ void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* 
   }
 }
 
+void gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+               int64_t T, int64_t lv, float* gb) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < lv; ++h) {
+      gb[t * 2 * lv + h] = math::gdn_decay(proj[t * P + acol + h], bf16_to_float(a_log[h]), bf16_to_float(dt_bias[h]));
+      gb[t * 2 * lv + lv + h] = math::sigmoid(proj[t * P + bcol + h]);
+    }
+}
+
+void gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                   const float* gb, const float* dg, const float* dbeta, int64_t r0, int64_t n, int64_t lv,
+                   float* dproj, float* d_dt_bias, float* d_a_log) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < lv; ++h) {
+      const int64_t row = r0 + t;
+      const float alog = bf16_to_float(a_log[h]), dgv = dg[t * lv + h];
+      const float da = math::gdn_decay_da(dgv, proj[row * P + acol + h], alog, bf16_to_float(dt_bias[h]));
+      dproj[row * P + acol + h] = da;
+      d_dt_bias[h] += da;
+      d_a_log[h] += dgv * gb[row * 2 * lv + h];
+      dproj[row * P + bcol + h] = math::gdn_beta_db(dbeta[t * lv + h], gb[row * 2 * lv + lv + h]);
+    }
+}
+
 void output_gate(const float* o, const float* gate, float* go, size_t n) {
   for (size_t i = 0; i < n; ++i) go[i] = round_bf16(math::output_gate_y(o[i], gate[i]));
 }

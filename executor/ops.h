@@ -45,6 +45,16 @@ void gated_norm(const float* o, const float* z, const bf16* w, float* y, int64_t
 void gated_norm_bwd(const float* o, const float* z, const bf16* w, const float* dy, float* dO, float* dz, float* dw,
                     int64_t rows, int64_t heads, int64_t dv);
 
+// Gated DeltaNet gates of T rows (ops_math.h gdn_decay, sigmoid): from the in_proj output proj [T x P] (a at columns
+// acol.., b at bcol.., lv heads each) and the heads' A_log and dt_bias (bf16, lv each), gb [T x 2 lv] = decay | beta.
+void gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+               int64_t T, int64_t lv, float* gb);
+// Its backward over rows [r0, r0 + n) from dg, dbeta [n x lv]: dproj's a and b columns of those rows overwritten,
+// d_dt_bias and d_a_log += (each head's rows summed in row order).
+void gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                   const float* gb, const float* dg, const float* dbeta, int64_t r0, int64_t n, int64_t lv,
+                   float* dproj, float* d_dt_bias, float* d_a_log);
+
 // go[n] = bf16(o * sigmoid(gate)) (the attention output gate); backward: d_o, d_gate overwritten from dgo.
 void output_gate(const float* o, const float* gate, float* go, size_t n);
 void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n);

@@ -145,6 +145,47 @@ __global__ void gated_norm_dx_kernel(const float* x, const float* z, const bf16*
   }
 }
 
+// Gated DeltaNet gates: one thread per (row, head) element; the backward's per-head sums one thread per head over the
+// rows in order (the CPU's order of additions, no atomics).
+__global__ void gdn_gates_kernel(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log,
+                                 const bf16* dt_bias, int64_t T, int64_t lv, float* gb) {
+  const size_t n = size_t(T * lv);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const int64_t t = int64_t(i) / lv, h = int64_t(i) % lv;
+    gb[t * 2 * lv + h] = math::gdn_decay(proj[t * P + acol + h], bf16_to_float(a_log[h]), bf16_to_float(dt_bias[h]));
+    gb[t * 2 * lv + lv + h] = math::sigmoid(proj[t * P + bcol + h]);
+  }
+}
+
+__global__ void gdn_gates_dproj_kernel(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log,
+                                       const bf16* dt_bias, const float* gb, const float* dg, const float* dbeta,
+                                       int64_t r0, int64_t rows, int64_t lv, float* dproj) {
+  const size_t n = size_t(rows * lv);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const int64_t t = int64_t(i) / lv, h = int64_t(i) % lv, row = r0 + t;
+    dproj[row * P + acol + h] =
+        math::gdn_decay_da(dg[i], proj[row * P + acol + h], bf16_to_float(a_log[h]), bf16_to_float(dt_bias[h]));
+    dproj[row * P + bcol + h] = math::gdn_beta_db(dbeta[i], gb[row * 2 * lv + lv + h]);
+  }
+}
+
+__global__ void gdn_gates_dw_kernel(const float* proj, int64_t P, int64_t acol, const bf16* a_log,
+                                    const bf16* dt_bias, const float* gb, const float* dg, int64_t r0, int64_t rows,
+                                    int64_t lv, float* d_dt_bias, float* d_a_log) {
+  const int64_t h = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (h >= lv) return;
+  const float alog = bf16_to_float(a_log[h]), dt = bf16_to_float(dt_bias[h]);
+  float sdt = d_dt_bias[h], salog = d_a_log[h];
+  for (int64_t t = 0; t < rows; ++t) {
+    const int64_t row = r0 + t;
+    const float dgv = dg[t * lv + h];
+    sdt += math::gdn_decay_da(dgv, proj[row * P + acol + h], alog, dt);
+    salog += dgv * gb[row * 2 * lv + h];
+  }
+  d_dt_bias[h] = sdt;
+  d_a_log[h] = salog;
+}
+
 __global__ void output_gate_kernel(const float* o, const float* gate, float* go, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     go[i] = round_bf16(math::output_gate_y(o[i], gate[i]));
@@ -288,6 +329,26 @@ void gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* 
                                                                                          dv);
   check_launch();
   gated_norm_dx_kernel<<<elementwise_blocks(size_t(n * dv)), kThreads, 0, stream>>>(x, z, w, dy, dx, dz, stats, n, dv);
+  check_launch();
+}
+
+void gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+               int64_t T, int64_t lv, float* gb, cudaStream_t stream) {
+  if (T == 0 || lv == 0) return;
+  gdn_gates_kernel<<<elementwise_blocks(size_t(T * lv)), kThreads, 0, stream>>>(proj, P, acol, bcol, a_log, dt_bias, T,
+                                                                                lv, gb);
+  check_launch();
+}
+
+void gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                   const float* gb, const float* dg, const float* dbeta, int64_t r0, int64_t n, int64_t lv,
+                   float* dproj, float* d_dt_bias, float* d_a_log, cudaStream_t stream) {
+  if (n == 0 || lv == 0) return;
+  gdn_gates_dproj_kernel<<<elementwise_blocks(size_t(n * lv)), kThreads, 0, stream>>>(
+      proj, P, acol, bcol, a_log, dt_bias, gb, dg, dbeta, r0, n, lv, dproj);
+  check_launch();
+  gdn_gates_dw_kernel<<<unsigned((lv + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      proj, P, acol, a_log, dt_bias, gb, dg, r0, n, lv, d_dt_bias, d_a_log);
   check_launch();
 }
 

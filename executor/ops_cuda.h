@@ -39,6 +39,13 @@ void gated_norm_bwd(const float* x, const float* z, const bf16* w, const float* 
                     int64_t rows, int64_t heads, int64_t dv, void* workspace, size_t workspace_bytes,
                     cudaStream_t stream);
 
+// Same contracts as ops.h gdn_gates / gdn_gates_bwd (the Gated DeltaNet decay and beta, and their backward).
+void gdn_gates(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+               int64_t T, int64_t lv, float* gb, cudaStream_t stream);
+void gdn_gates_bwd(const float* proj, int64_t P, int64_t acol, int64_t bcol, const bf16* a_log, const bf16* dt_bias,
+                   const float* gb, const float* dg, const float* dbeta, int64_t r0, int64_t n, int64_t lv,
+                   float* dproj, float* d_dt_bias, float* d_a_log, cudaStream_t stream);
+
 // go[n] = bf16(o * sigmoid(gate)); backward: d_o, d_gate overwritten.
 void output_gate(const float* o, const float* gate, float* go, size_t n, cudaStream_t stream);
 void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n,

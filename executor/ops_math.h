@@ -6,6 +6,8 @@
 // RMSNorm (Zhang & Sennrich 2019, https://arxiv.org/abs/1910.07467): y = x / rms(x) * w, rms = sqrt(mean(x^2) + eps).
 // Gated RMSNorm (HF Qwen3NextRMSNormGated): y = x / rms(x) * w * silu(z).
 // Output gate (Qwen3.5 gated attention, https://arxiv.org/abs/2505.06708): y = o * sigmoid(gate).
+// Gated DeltaNet gates (HF Qwen3-Next, transformers models/qwen3_next): decay g = -exp(A_log) softplus(a + dt_bias),
+// beta = sigmoid(b).
 // Adam (Kingma & Ba 2015, https://arxiv.org/abs/1412.6980) with bias correction, no weight decay.
 #pragma once
 
@@ -71,6 +73,16 @@ LCPLAN_HD OutputGateGrad output_gate_grad(float dy, float o, float gate) {
   const float s = sigmoid(gate);
   return {dy * s, dy * o * s * (1.0f - s)};
 }
+
+// ---- Gated DeltaNet gates ----
+LCPLAN_HD float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+LCPLAN_HD float gdn_decay(float a, float a_log, float dt_bias) { return -expf(a_log) * softplus(a + dt_bias); }
+// dg times d(decay)/da (= d(decay)/d(dt_bias)): softplus' derivative is the sigmoid.
+LCPLAN_HD float gdn_decay_da(float dg, float a, float a_log, float dt_bias) {
+  return dg * -expf(a_log) * sigmoid(a + dt_bias);
+}
+// dbeta times d(beta)/db.
+LCPLAN_HD float gdn_beta_db(float dbeta, float beta) { return dbeta * beta * (1.0f - beta); }
 
 // ---- Adam ----
 struct AdamScalars {

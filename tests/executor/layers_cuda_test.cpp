@@ -1,6 +1,7 @@
 // The GPU backend's decoder layers (executor/layers_cuda.h) against the host layers (layers.h) on the same weights and
 // inputs: one rank, one GPU. A full-attention + SwiGLU layer (plain, and gated with q/k norm, partial RoPE and a
-// sliding window) forward and backward under every recompute mode, the linear-CE loss and the embedding. Both run
+// sliding window) and a gated DeltaNet + SwiGLU layer forward and backward under every recompute mode, the loss
+// (linear CE and materialized logits) and the embedding. Both run
 // layers_impl.h, so the test checks the device ops and kernels in place and that the device layer saves the same
 // activation bytes; skips itself without a usable device.
 //
@@ -61,11 +62,22 @@ std::vector<float> bf16_values(size_t n, uint64_t seed, float scale) {
   return x;
 }
 
-// The model a case runs: Llama-3.1-8B scaled by 32 to one layer, optionally with Qwen3.5's attention features.
-ModelSpec case_model(bool qwen_attention) {
+// The mixer a case runs: Llama's attention, Qwen3.5's gated attention, or Qwen3.5's gated DeltaNet.
+enum class Mixer { Llama, GatedAttention, GatedDeltaNet };
+constexpr Mixer kMixers[] = {Mixer::Llama, Mixer::GatedAttention, Mixer::GatedDeltaNet};
+
+// The model a case runs: Llama-3.1-8B scaled by 32 to one layer, with Qwen3.5's attention features or its gated
+// DeltaNet (Qwen3.5-35B-A3B's, scaled the same way) in place of the attention.
+ModelSpec case_model(Mixer mixer) {
   Plan p = make_plan("llama-3.1-8b", {.seq = 8192});
   ModelSpec m = executor_case(zoo("llama-3.1-8b"), p, {32, 1}).model;
-  if (qwen_attention) {
+  if (mixer == Mixer::GatedDeltaNet) {
+    const Plan qp = make_plan("qwen3.5-35b-a3b", {.seq = 8192});
+    const ModelSpec q = executor_case(zoo("qwen3.5-35b-a3b"), qp, {32, 1}).model;
+    m.linear = q.linear;
+    m.layers[0].mixer = MixerKind::LinearAttention;
+  }
+  if (mixer == Mixer::GatedAttention) {
     m.attn.output_gate = true;
     m.attn.qk_norm = true;
     m.attn.partial_rotary = 0.25;
@@ -122,8 +134,10 @@ class LayersCuda : public ::testing::Test {
 constexpr int64_t kSeq = 256;
 const Keep kKeeps[] = {Keep::All, Keep::Selective, Keep::InputOnly};
 
-std::string case_name(bool qwen, Keep keep) {
-  return std::string(qwen ? "gated attention" : "llama attention") + ", keep " + std::to_string(int(keep));
+std::string case_name(Mixer mixer, Keep keep) {
+  const char* name = mixer == Mixer::Llama ? "llama attention" : mixer == Mixer::GatedAttention ? "gated attention"
+                                                                                                : "gated DeltaNet";
+  return std::string(name) + ", keep " + std::to_string(int(keep));
 }
 
 // One layer's forward and backward on the host: the reference of the device run, from the same weights and inputs.
@@ -156,10 +170,10 @@ HostRun host_layer(const comm::ProcessGroups& pg, const ModelSpec& m, Keep keep,
 }
 
 TEST_F(LayersCuda, LayerForwardAndBackwardMatchTheHost) {
-  for (bool qwen : {false, true})
+  for (Mixer mixer : kMixers)
     for (Keep keep : kKeeps) {
-      const std::string what = case_name(qwen, keep);
-      const ModelSpec m = case_model(qwen);
+      const std::string what = case_name(mixer, keep);
+      const ModelSpec m = case_model(mixer);
       const Dims d = make_dims(m);
       Tracker th(0), td(0);
       ParamStore ps(th, host_pg_, model_units(m, d), OptimizerSharding::None, 7);
@@ -193,8 +207,8 @@ TEST_F(LayersCuda, LayerForwardAndBackwardMatchTheHost) {
 TEST(LayersCudaReference, HostCasesRunAndAgreeAcrossRecomputeModes) {
   comm::Comm mpi = comm::world_mpi();
   comm::ProcessGroups pg = comm::make_process_groups(mpi, make_rank_layout(1, 1, 1, 1, 1, 1));
-  for (bool qwen : {false, true}) {
-    const ModelSpec m = case_model(qwen);
+  for (Mixer mixer : kMixers) {
+    const ModelSpec m = case_model(mixer);
     std::vector<HostRun> runs;
     for (Keep keep : kKeeps) {
       Tracker th(0);
@@ -202,12 +216,12 @@ TEST(LayersCudaReference, HostCasesRunAndAgreeAcrossRecomputeModes) {
       runs.push_back(host_layer(pg, m, keep, ps, th));
       double g2 = 0;
       for (float g : runs.back().grad) g2 += double(g) * g;
-      EXPECT_GT(g2, 0) << case_name(qwen, keep);
+      EXPECT_GT(g2, 0) << case_name(mixer, keep);
     }
     for (size_t k = 1; k < runs.size(); ++k) {
-      EXPECT_EQ(runs[k].out, runs[0].out) << case_name(qwen, kKeeps[k]);
-      EXPECT_EQ(runs[k].dx, runs[0].dx) << case_name(qwen, kKeeps[k]);
-      EXPECT_EQ(runs[k].grad, runs[0].grad) << case_name(qwen, kKeeps[k]);
+      EXPECT_EQ(runs[k].out, runs[0].out) << case_name(mixer, kKeeps[k]);
+      EXPECT_EQ(runs[k].dx, runs[0].dx) << case_name(mixer, kKeeps[k]);
+      EXPECT_EQ(runs[k].grad, runs[0].grad) << case_name(mixer, kKeeps[k]);
     }
     EXPECT_GT(runs[0].saved_bytes, runs[2].saved_bytes);  // full recompute keeps only the input
   }
@@ -216,7 +230,7 @@ TEST(LayersCudaReference, HostCasesRunAndAgreeAcrossRecomputeModes) {
 }
 
 TEST_F(LayersCuda, LossAndEmbeddingMatchTheHost) {
-  const ModelSpec m = case_model(false);
+  const ModelSpec m = case_model(Mixer::Llama);
   const Dims d = make_dims(m);
   Tracker th(0), td(0);
   ParamStore ps(th, host_pg_, model_units(m, d), OptimizerSharding::None, 7);
@@ -277,14 +291,17 @@ TEST_F(LayersCuda, LossAndEmbeddingMatchTheHost) {
 
 // What the device layers and step refuse, named in one sentence (pure: runs everywhere).
 TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
-  const ModelSpec m = case_model(false);
+  const ModelSpec m = case_model(Mixer::Llama);
   EXPECT_EQ(cuda::device_layer_support_error(m.layers), "");
   std::vector<LayerSpec> moe = m.layers;
   moe[0].ffn = FfnKind::MoE;
   EXPECT_NE(cuda::device_layer_support_error(moe).find("dense MLP layers only"), std::string::npos);
   std::vector<LayerSpec> gdn = m.layers;
   gdn[0].mixer = MixerKind::LinearAttention;
-  EXPECT_NE(cuda::device_layer_support_error(gdn).find("full-attention layers only"), std::string::npos);
+  EXPECT_EQ(cuda::device_layer_support_error(gdn), "");
+  std::vector<LayerSpec> mla = m.layers;
+  mla[0].mixer = MixerKind::MLA;
+  EXPECT_NE(cuda::device_layer_support_error(mla).find("MLA layers run on --backend cpu"), std::string::npos);
   Plan p = make_plan("llama-3.1-8b", {.gpus = 2, .pp = 2});
   EXPECT_EQ(cuda::device_support_error(m, p), "");  // stage-to-stage links (comm::make_pipe_links)
   p = make_plan("llama-3.1-8b", {.gpus = 2, .tp = 2});

@@ -7,7 +7,7 @@
 //
 // cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
-// a stream per outgoing link, receives on the compute stream.
+// a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
@@ -32,6 +32,7 @@ struct StepCase {
   const char* name;
   PlanArgs args;
   int layers = 2;
+  bool gated_deltanet = false;  // the first layer's attention replaced by Qwen3.5's gated DeltaNet
 };
 
 const StepCase kCases[] = {
@@ -47,10 +48,19 @@ const StepCase kCases[] = {
     {"pp2_1f1b", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 4096}},
     // Two interleaved stages: both links of the pair carry messages each way (the wrap to the next chunk).
     {"pp2_vpp2", {.gpus = 2, .global_batch = 4, .pp = 2, .vpp = 2, .seq = 4096}, 4},
+    // Gated DeltaNet: heads split over TP, and the state handed along the CP ranks (NCCL send / recv on the stream).
+    {"gdn_tp2", {.gpus = 2, .tp = 2, .seq = 4096}, 2, true},
+    {"gdn_cp2_selective", {.gpus = 2, .cp = 2, .seq = 4096, .recompute = Recompute::Selective}, 2, true},
 };
 
 ScaledCase scaled(const StepCase& k) {
-  return executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", k.args), {64, k.layers});
+  ScaledCase sc = executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", k.args), {64, k.layers});
+  if (k.gated_deltanet) {
+    // Scaled under the case's own layout, so its heads split over the case's TP and CP.
+    sc.model.linear = executor_case(zoo("qwen3.5-35b-a3b"), make_plan("qwen3.5-35b-a3b", k.args), {64, 1}).model.linear;
+    sc.model.layers[0].mixer = MixerKind::LinearAttention;
+  }
+  return sc;
 }
 
 ExecOptions options() {
