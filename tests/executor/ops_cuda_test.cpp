@@ -125,6 +125,34 @@ TEST_F(ExecOpsCuda, GatedNormMatchesTheCpu) {
   EXPECT_TRUE(check_close("dw", gdw.fetch(), dw, 1e-4, 1e-5));
 }
 
+// The gated DeltaNet gates and their backward over a segment of rows: elementwise within a few ulps of the CPU (device
+// expf / log1pf), the per-head weight-gradient sums in the CPU's row order.
+TEST_F(ExecOpsCuda, GdnGatesMatchTheCpu) {
+  lcplan::test::Stream st;
+  Tracker t;
+  const int64_t T = 300, lv = 6, P = 40, bcol = 3, acol = 20, r0 = 64, n = 128;
+  std::vector<float> proj = randn(size_t(T * P), 51, 3.0f);
+  proj[size_t(70 * P + acol)] = 24.0f;  // softplus's linear branch
+  const std::vector<bf16> alog = bf16_of(randn(size_t(lv), 52, 0.5f)), dt = bf16_of(randn(size_t(lv), 53));
+  const std::vector<float> dg = randn(size_t(n * lv), 54), dbeta = randn(size_t(n * lv), 55);
+  std::vector<float> gb(size_t(T * 2 * lv)), dproj(proj.size(), 0.0f), d_dt(size_t(lv), 0.5f), d_alog(size_t(lv), 0.0f);
+  gdn_gates(proj.data(), P, acol, bcol, alog.data(), dt.data(), T, lv, gb.data());
+  gdn_gates_bwd(proj.data(), P, acol, bcol, alog.data(), dt.data(), gb.data(), dg.data(), dbeta.data(), r0, n, lv,
+                dproj.data(), d_dt.data(), d_alog.data());
+  cuda::DeviceBuf<bf16> galog = upload(t, alog), gdt = upload(t, dt);
+  DeviceFloats gproj(proj), ggb(gb.size()), gdg(dg), gdbeta(dbeta), gdproj(std::vector<float>(proj.size(), 0.0f)),
+      gd_dt(std::vector<float>(size_t(lv), 0.5f)), gd_alog(std::vector<float>(size_t(lv), 0.0f));
+  cuda::gdn_gates(gproj.get(), P, acol, bcol, galog.data(), gdt.data(), T, lv, ggb.get(), st.get());
+  EXPECT_TRUE(check_close("gb", ggb.fetch(), gb, 1e-6, 1e-6));
+  // The backward from the CPU's gates, so only the backward's own rounding is compared.
+  DeviceFloats gb_cpu(gb);
+  cuda::gdn_gates_bwd(gproj.get(), P, acol, bcol, galog.data(), gdt.data(), gb_cpu.get(), gdg.get(), gdbeta.get(), r0,
+                      n, lv, gdproj.get(), gd_dt.get(), gd_alog.get(), st.get());
+  EXPECT_TRUE(check_close("dproj", gdproj.fetch(), dproj, 1e-6, 1e-6));
+  EXPECT_TRUE(check_close("d_dt_bias", gd_dt.fetch(), d_dt, 1e-5, 1e-6));
+  EXPECT_TRUE(check_close("d_a_log", gd_alog.fetch(), d_alog, 1e-5, 1e-6));
+}
+
 TEST_F(ExecOpsCuda, SwigluAndAdamMatchTheCpu) {
   lcplan::test::Stream st;
   const int64_t rows = 7, f = 300;

@@ -114,6 +114,72 @@ TEST(Ops, SwigluBackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(check_close("dh1", dh1, numeric_grad(dact, fwd, h1), 2e-3, 2e-3));
 }
 
+// Gated DeltaNet gates: decay = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) from the a and b columns of
+// in_proj's output; the backward's a, b columns and the per-head dt_bias / A_log sums against central differences of
+// sum(dg decay + dbeta beta), over a segment of rows [r0, r0 + n) as the layer calls it.
+TEST(Ops, GdnGatesBackwardMatchesFiniteDifferences) {
+  const int64_t T = 6, lv = 3, P = 11, bcol = 2, acol = 5, r0 = 2, n = 3;
+  std::vector<float> proj = lcplan::test::randn(size_t(T * P), 40, 2.0f);
+  proj[size_t(1 * P + acol)] = 25.0f;  // softplus's linear branch (x > 20) on a row outside the segment
+  proj[size_t(3 * P + acol)] = 23.0f;  // and on one inside it
+  const std::vector<float> alog_f = lcplan::test::randn(size_t(lv), 41, 0.5f), dt_f = lcplan::test::randn(size_t(lv), 42);
+  const std::vector<bf16> alog = bf16_of(alog_f), dt = bf16_of(dt_f);
+  std::vector<float> gb(size_t(T * 2 * lv));
+  gdn_gates(proj.data(), P, acol, bcol, alog.data(), dt.data(), T, lv, gb.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < lv; ++h) {
+      const double a = proj[size_t(t * P + acol + h)] + double(bf16_to_float(dt[size_t(h)]));
+      const double sp = a > 20 ? a : std::log1p(std::exp(a));
+      EXPECT_NEAR(gb[size_t(t * 2 * lv + h)], -std::exp(double(bf16_to_float(alog[size_t(h)]))) * sp,
+                  1e-5 * (1 + std::abs(sp)));
+      EXPECT_NEAR(gb[size_t(t * 2 * lv + lv + h)], 1 / (1 + std::exp(-double(proj[size_t(t * P + bcol + h)]))), 1e-6);
+    }
+  const std::vector<float> dg = lcplan::test::randn(size_t(n * lv), 43), dbeta = lcplan::test::randn(size_t(n * lv), 44);
+  std::vector<float> dproj(proj.size(), -7.0f), d_dt(size_t(lv), 0.5f), d_alog(size_t(lv), -0.25f);
+  gdn_gates_bwd(proj.data(), P, acol, bcol, alog.data(), dt.data(), gb.data(), dg.data(), dbeta.data(), r0, n, lv,
+                dproj.data(), d_dt.data(), d_alog.data());
+  // The loss of the segment's gates as a function of proj, of dt_bias and of A_log (fp32 parameters standing for bf16).
+  auto loss = [&](const std::vector<float>& pr, const std::vector<float>& dtv, const std::vector<float>& alv) {
+    double s = 0;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < lv; ++h) {
+        const int64_t row = r0 + t;
+        s += double(dg[size_t(t * lv + h)]) * math::gdn_decay(pr[size_t(row * P + acol + h)], alv[size_t(h)], dtv[size_t(h)]);
+        s += double(dbeta[size_t(t * lv + h)]) * math::sigmoid(pr[size_t(row * P + bcol + h)]);
+      }
+    return s;
+  };
+  std::vector<float> dtv(static_cast<size_t>(lv), 0.0f), alv(static_cast<size_t>(lv), 0.0f);
+  for (int64_t h = 0; h < lv; ++h) dtv[size_t(h)] = bf16_to_float(dt[size_t(h)]), alv[size_t(h)] = bf16_to_float(alog[size_t(h)]);
+  const float e = 1e-3f;
+  auto central = [&](std::vector<float>& v, size_t i, auto f) {
+    const float x0 = v[i];
+    v[i] = x0 + e;
+    const double up = f();
+    v[i] = x0 - e;
+    const double dn = f();
+    v[i] = x0;
+    return (up - dn) / (double(x0 + e) - double(x0 - e));
+  };
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t col = 0; col < P; ++col) {
+      const size_t i = size_t(t * P + col);
+      const bool gate_col = (col >= acol && col < acol + lv) || (col >= bcol && col < bcol + lv);
+      if (!gate_col || t < r0 || t >= r0 + n) {
+        EXPECT_EQ(dproj[i], -7.0f) << "row " << t << " column " << col << " is not the segment's gate column";
+        continue;
+      }
+      const double num = central(proj, i, [&] { return loss(proj, dtv, alv); });
+      EXPECT_NEAR(dproj[i], num, 2e-3 * (1 + std::abs(num))) << "row " << t << " column " << col;
+    }
+  for (int64_t h = 0; h < lv; ++h) {
+    const double ndt = central(dtv, size_t(h), [&] { return loss(proj, dtv, alv); });
+    const double nal = central(alv, size_t(h), [&] { return loss(proj, dtv, alv); });
+    EXPECT_NEAR(d_dt[size_t(h)] - 0.5f, ndt, 2e-3 * (1 + std::abs(ndt))) << "dt_bias " << h << " (accumulated)";
+    EXPECT_NEAR(d_alog[size_t(h)] + 0.25f, nal, 2e-3 * (1 + std::abs(nal))) << "A_log " << h << " (accumulated)";
+  }
+}
+
 TEST(Ops, OutputGateBackwardMatchesFiniteDifferences) {
   const size_t n = 40;
   const std::vector<float> o = lcplan::test::randn(n, 10), gate = lcplan::test::randn(n, 11, 2.0f);
