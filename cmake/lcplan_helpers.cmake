@@ -25,15 +25,31 @@ function(lcplan_test)
       target_compile_definitions(${T_NAME} PRIVATE LCPLAN_TEST_MPI)
       target_link_libraries(${T_NAME} PRIVATE MPI::MPI_CXX)
     endif()
-    set_tests_properties(${T_NAME} PROPERTIES SKIP_REGULAR_EXPRESSION "lcplan-gpu-test: [0-9]+ skipped, none failed")
-    # One manifest row for lcplan selftest --gpu (lcplan_write_gpu_test_manifest): the binary relative to the build
-    # tree, so a build carried to a GPU node finds its tests wherever it lands.
-    file(RELATIVE_PATH rel ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME})
-    if(NOT T_MPI_NP)
-      set(T_MPI_NP 0)
-    endif()
-    set_property(GLOBAL APPEND PROPERTY LCPLAN_GPU_TESTS "${T_NAME}\t${rel}\t${T_MPI_NP}")
+    lcplan_gpu_test_row(${T_NAME} ${T_NAME} "${T_MPI_NP}")
   endif()
+endfunction()
+
+# A GPU test's skip rule and its manifest row for lcplan selftest --gpu (lcplan_write_gpu_test_manifest): the binary
+# relative to the build tree, so a build carried to a GPU node finds its tests wherever it lands.
+function(lcplan_gpu_test_row name target np)
+  set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "lcplan-gpu-test: [0-9]+ skipped, none failed")
+  file(RELATIVE_PATH rel ${PROJECT_BINARY_DIR} ${CMAKE_CURRENT_BINARY_DIR}/${target})
+  if(NOT np)
+    set(np 0)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY LCPLAN_GPU_TESTS "${name}\t${rel}\t${np}")
+endfunction()
+
+# lcplan_gpu_test_ranks(NAME <name> OF <gpu test target> MPI_NP <n> [LABELS ...]): the same GPU test binary again
+# under another rank count (its cases pick the world size they run on), without building it twice.
+function(lcplan_gpu_test_ranks)
+  cmake_parse_arguments(T "" "NAME;OF;MPI_NP" "LABELS" ${ARGN})
+  add_test(NAME ${T_NAME}
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${T_MPI_NP}
+                   $<TARGET_FILE:${T_OF}>)
+  set_tests_properties(${T_NAME} PROPERTIES LABELS "mpi;${T_LABELS}" TIMEOUT 300
+                       ENVIRONMENT "LCPLAN_DATA_DIR=${PROJECT_SOURCE_DIR}")
+  lcplan_gpu_test_row(${T_NAME} ${T_OF} ${T_MPI_NP})
 endfunction()
 
 # Writes <build>/gpu_tests.tsv, the GPU tests lcplan_test registered (name, binary relative to the build tree, MPI

@@ -1,9 +1,10 @@
-// The GPU backend's step (executor/executor_cuda.h) against the CPU executor on the same scaled plans: two ranks, one
-// GPU each (`lcplan selftest --gpu` runs it from gpu_tests.tsv). Both run step_impl.h, so the same data, schedule
+// The GPU backend's step (executor/executor_cuda.h) against the CPU executor on the same scaled plans: one rank per
+// GPU, the two-rank cases in executor_step_cuda_test and the one-rank cases in executor_step_cuda_1gpu_test
+// (`lcplan selftest --gpu` runs both from gpu_tests.tsv). Both run step_impl.h, so the same data, schedule
 // and sharding meet different ops: the loss and gradient norm of every step agree within the device's fp32-GEMM
 // rounding, and the bytes every rank holds of parameters, gradients, optimizer state and activations at each phase's
 // peak are the same (workspace and logits differ: the device's kernels take their own scratch). Skips itself without
-// two usable devices; the host half runs everywhere.
+// a usable device per rank; the host half runs everywhere.
 //
 // cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
@@ -35,7 +36,12 @@ struct StepCase {
   bool gated_deltanet = false;  // the first layer's attention replaced by Qwen3.5's gated DeltaNet
 };
 
+// Each binary runs the cases for its world size: executor_step_cuda_test on two ranks, executor_step_cuda_1gpu_test
+// on one.
 const StepCase kCases[] = {
+    {"one_gpu_selective", {.gpus = 1, .seq = 4096, .recompute = Recompute::Selective}},
+    {"one_gpu_materialized_logits", {.gpus = 1, .seq = 4096, .linear_ce = false}},
+    {"one_gpu_gdn_full_recompute", {.gpus = 1, .seq = 4096, .recompute = Recompute::Full}, 2, true},
     {"dp2", {.gpus = 2, .seq = 4096}},
     {"tp2", {.gpus = 2, .tp = 2, .seq = 4096}},
     {"cp2", {.gpus = 2, .cp = 2, .seq = 4096}},
@@ -75,8 +81,10 @@ ExecOptions options() {
 // close, a positive gradient norm), so the device half compares against a real step.
 TEST(StepCuda, HostStepsRun) {
   helpers::World w;
-  ASSERT_EQ(w.c.size, 2) << "run with mpirun -np 2";
+  int ran = 0;
   for (const StepCase& k : kCases) {
+    if (k.args.gpus != w.c.size) continue;
+    ++ran;
     const ScaledCase sc = scaled(k);
     ASSERT_EQ(cuda::device_support_error(sc.model, sc.plan), "") << k.name;
     const ExecResult r = run_executor(w.c, sc.model, sc.plan, options());
@@ -84,6 +92,7 @@ TEST(StepCuda, HostStepsRun) {
     EXPECT_TRUE(std::isfinite(r.loss[0]) && r.loss[0] > 0) << k.name;
     EXPECT_GT(r.grad_norm[0], 0) << k.name;
   }
+  EXPECT_GE(ran, 3) << "run with mpirun -np 1 or -np 2";
 }
 
 TEST(StepCuda, MatchesTheCpuExecutor) {
@@ -98,6 +107,7 @@ TEST(StepCuda, MatchesTheCpuExecutor) {
   CUBLAS_CHECK(cublasSetStream(blas, stream));
   comm::Comm nccl = comm::world_nccl(stream);
   for (const StepCase& k : kCases) {
+    if (k.args.gpus != w.c.size) continue;
     const ScaledCase sc = scaled(k);
     const ExecResult h = run_executor(w.c, sc.model, sc.plan, options());
     const ExecResult d = cuda::run_executor(w.c, nccl, stream, blas, sc.model, sc.plan, options());
