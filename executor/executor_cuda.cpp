@@ -62,10 +62,10 @@ struct DeviceBackend {
     }
     return b;
   }
-  // After each phase: the stream drained, the tracker's live bytes against the growth of the device's used memory
-  // since the backend was made (device_memory_check.h); the first disagreement is kept for the record.
   // CUDA events on the compute stream around each phase (PhaseTimer): the device's own time for it.
   void phase_begin(Phase ph) { timer.begin(ph); }
+  // After each phase: the stream drained, the tracker's live bytes against the growth of the device's used memory
+  // since the backend was made (device_memory_check.h); the first disagreement is kept for the record.
   void phase_end(const Tracker& t, Phase ph) {
     timer.end(ph);
     CUDA_CHECK(cudaStreamSynchronize(stream));
