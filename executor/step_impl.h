@@ -220,19 +220,24 @@ struct Step {
       segments.push_back(PhaseSegment{m.phase, m.step, m.microbatch, m.vstage, open.seconds, m.seconds});
       if (o.on_phase) o.on_phase(m);
     };
-    // A stage-to-stage receive inside the open phase, kept as a wait segment (the bubble this rank sits through):
-    // activations from the previous stage (forward) or gradients from the next, each on its own link.
-    auto pp_recv = [&](bool forward, void* buf, size_t count, comm::DType t, int tag) {
+    // Point-to-point messages between pipeline stages (Megatron p2p_communication): a virtual stage's output
+    // activations (bf16, this rank's sequence-parallel rows) to the next, input gradients (fp32) to the previous, each
+    // direction on its own link. One tag for all: a link's messages match in the order they were sent, on MPI as on
+    // NCCL (which has no tags), so the CPU tests run the order the GPU relies on (schedule.h
+    // pipeline_message_order_error proves it for every schedule).
+    constexpr int kPipeTag = 0;
+    // A receive inside the open phase, kept as a wait segment (the bubble this rank sits through).
+    auto pp_recv = [&](bool forward, void* buf, size_t count, comm::DType t) {
       const double t0 = since(origin);
       const comm::Comm& in = forward ? links.fwd_in : links.bwd_in;
-      comm::recv(in, buf, count, t, comm::link_peer(in), tag);
+      comm::recv(in, buf, count, t, comm::link_peer(in), kPipeTag);
       be.after_recv();
       segments.push_back(PhaseSegment{open.phase, open.step, open.microbatch, open.vstage, t0, since(origin), true});
     };
-    auto pp_send = [&](bool forward, const void* buf, size_t count, comm::DType t, int tag) {
+    auto pp_send = [&](bool forward, const void* buf, size_t count, comm::DType t) {
       be.before_send();
       const comm::Comm& out = forward ? links.fwd_out : links.bwd_out;
-      return comm::isend(out, buf, count, t, comm::link_peer(out), tag);
+      return comm::isend(out, buf, count, t, comm::link_peer(out), kPipeTag);
     };
     // Token ids and targets of every local token of microbatch `mb` (sample (mb dp + d) micro_batch + j).
     auto data = [&](int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
@@ -248,12 +253,6 @@ struct Step {
       tokens = be.ids(tr, tok);
       targets = be.ids(tr, tgt);
     };
-    // Point-to-point messages between pipeline stages (Megatron p2p_communication): a virtual stage's output
-    // activations (bf16, this rank's sequence-parallel rows) to the next, input gradients (fp32) to the previous. A
-    // tag per sending virtual stage and direction (MPI checks them; NCCL has none, and each link's messages arrive in
-    // the order they were sent: schedule.h pipeline_message_order_error).
-    auto fwd_tag = [](int v) { return 1000 + v; };
-    auto bwd_tag = [](int v) { return 9000 + v; };
     struct Pending {
       comm::Request req;
       Buf<bf16> act;
@@ -313,7 +312,7 @@ struct Step {
             const UnitView ew = unit(emb, true);
             impl::embedding_forward(ops, c, ew.dense, tokens.data(), sv[0].x.data());
           } else {
-            pp_recv(true, sv[0].x.data(), sv[0].x.size(), comm::DType::BF16, fwd_tag(v - 1));
+            pp_recv(true, sv[0].x.data(), sv[0].x.size(), comm::DType::BF16);
           }
           Buf<float> out;
           if (ls.empty()) {  // a virtual stage without decoder layers passes its input on
@@ -364,7 +363,7 @@ struct Step {
             Pending s;
             s.act = Buf<bf16>(tr, Category::Workspace, out.size());
             ops.to_bf16(out.data(), s.act.data(), out.size());
-            s.req = pp_send(true, s.act.data(), s.act.size(), comm::DType::BF16, fwd_tag(v));
+            s.req = pp_send(true, s.act.data(), s.act.size(), comm::DType::BF16);
             sends.push_back(std::move(s));
           }
         } else {
@@ -376,7 +375,7 @@ struct Step {
             dx = std::move(loss_grad[mbatch]);
           } else {
             dx = Buf<float>(tr, Category::Workspace, size_t(R * H));
-            pp_recv(false, dx.data(), dx.size(), comm::DType::F32, bwd_tag(v + 1));
+            pp_recv(false, dx.data(), dx.size(), comm::DType::F32);
           }
           std::vector<Saved>& sv = saved[mbatch][a.chunk];
           for (int k = int(ls.size()) - 1; k >= 0; --k) {
@@ -404,7 +403,7 @@ struct Step {
           } else {
             Pending s;
             s.grad = std::move(dx);
-            s.req = pp_send(false, s.grad.data(), s.grad.size(), comm::DType::F32, bwd_tag(v));
+            s.req = pp_send(false, s.grad.data(), s.grad.size(), comm::DType::F32);
             sends.push_back(std::move(s));
           }
           if (fsdp) fs.grad.reset();
