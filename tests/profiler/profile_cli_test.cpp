@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -148,7 +149,12 @@ TEST(ProfileCli, CpuSweepFeedsEstimateAndCalibrate) {
     EXPECT_EQ(coeffs.at(k).at("provenance").get<std::string>().rfind("measured: ", 0), 0u) << k;
     EXPECT_GE(coeffs.at(k).at("value").get<double>(), 0) << k;
   }
-  EXPECT_LT(coeffs.at("time.gemm_efficiency").at("value").get<double>(), 1.0);  // peak = best / 0.95
+  // The peak has headroom (peak = best / 0.95): every timed GEMM runs at 0.95 of it or less. The fitted asymptote is
+  // at most 1; it may reach 1 when a short, noisy sweep (CI's ASan run) still rises at its largest shape.
+  double best = 0;
+  for (const auto& g : p.at("profile").at("tables").at("gemm")) best = std::max(best, g.at("flops_per_second").get<double>());
+  EXPECT_NEAR(best / h.at("peak_bf16_flops").get<double>(), 0.95, 1e-9);
+  EXPECT_LE(coeffs.at("time.gemm_efficiency").at("value").get<double>(), 1.0);
   EXPECT_FALSE(p.at("profile").at("tables").at("gemm").empty());
   EXPECT_FALSE(p.at("profile").at("tables").at("moe_layer").empty());
   EXPECT_EQ(p.at("profile").at("backend"), "cpu");
