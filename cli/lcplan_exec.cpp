@@ -39,6 +39,7 @@
 #include "kernels/common/cuda_check.h"
 #include "profiler/activity.h"
 #include "profiler/cupti_tracer.h"
+#include "profiler/fit.h"
 #endif
 
 namespace {
@@ -125,13 +126,15 @@ void check_cuda_backend(const lcplan::exec::ScaledCase& sc) {
 // external correlation ids, profiler/activity.h time_by_tag); per phase, the median over the steps after the first
 // of the slowest rank's busy time (union of its activities' intervals on every stream) and kernel time (the sum of
 // its kernels' durations), as the record's other phase times.
+uint64_t cupti_tag(int step, lcplan::Phase ph) { return uint64_t(step) * 16 + uint64_t(ph) + 1; }
+
 nlohmann::json cupti_phases(const lcplan::comm::Comm& world, const lcplan::profiler::TaggedTime& t, int steps) {
   const int first = steps > 1 ? 2 : 1;
   const int n = (steps - first + 1) * lcplan::exec::kPhases;
   std::vector<double> busy(size_t(2 * n), 0.0);  // [busy | kernel] per (step, phase)
   for (int st = first; st <= steps; ++st)
     for (int ph = 0; ph < lcplan::exec::kPhases; ++ph) {
-      const lcplan::profiler::TagTime x = t.of(uint64_t(st) * 16 + uint64_t(ph) + 1);
+      const lcplan::profiler::TagTime x = t.of(cupti_tag(st, lcplan::Phase(ph)));
       const size_t i = size_t((st - first) * lcplan::exec::kPhases + ph);
       busy[i] = x.busy_seconds;
       busy[size_t(n) + i] = x.kernel_seconds;
@@ -147,11 +150,9 @@ nlohmann::json cupti_phases(const lcplan::comm::Comm& world, const lcplan::profi
       vb.push_back(busy[i]);
       vk.push_back(busy[size_t(n) + i]);
     }
-    std::sort(vb.begin(), vb.end());
-    std::sort(vk.begin(), vk.end());
     const char* name = lcplan::to_string(lcplan::Phase(ph));
-    b[name] = vb[vb.size() / 2];
-    k[name] = vk[vk.size() / 2];
+    b[name] = lcplan::profiler::median(vb);  // the record's median (mean of the middle two)
+    k[name] = lcplan::profiler::median(vk);
   }
   j["busy_seconds"] = b;
   j["kernel_seconds"] = k;
@@ -190,7 +191,7 @@ lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm& world, const lcplan:
   o.on_phase = [&tracer, before](const lcplan::exec::PhaseMark& m) {
     if (before) before(m);
     if (m.begin) {
-      tracer.push_tag(uint64_t(m.step) * 16 + uint64_t(m.phase) + 1);
+      tracer.push_tag(cupti_tag(m.step, m.phase));
     } else {
       tracer.pop_tag();
     }

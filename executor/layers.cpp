@@ -29,8 +29,6 @@ using WS = Buf<float>;
 WS ws(Ctx& c, size_t n) { return HostOps{c.tr}.ws(n); }
 Buf<bf16> save16(Ctx& c, const float* x, size_t n) { return HostOps{c.tr}.save16(x, n); }
 Buf<float> save32(Ctx& c, const float* x, size_t n) { return HostOps{c.tr}.save32(x, n); }
-WS load(Ctx& c, const Buf<bf16>& b) { return HostOps{c.tr}.load(b); }
-
 
 using impl::gd;
 using impl::wd;
@@ -64,12 +62,6 @@ void row_parallel(Ctx& c, const float* x, const bf16* W, float* y, int64_t k, in
   Buf<double> partial(c.tr, Category::Workspace, size_t(c.tokens * n));
   matmul64(c.tr, x, W, partial.data(), c.tokens, k, n);
   sp_reduce_scatter64(c, partial.data(), y, n);
-}
-
-void row_parallel_bwd(Ctx& c, const float* x, const bf16* W, const float* dy, float* dx, float* dW, int64_t k,
-                      int64_t n) {
-  HostOps o{c.tr};
-  impl::row_parallel_bwd(o, c, x, W, dy, dx, dW, k, n);
 }
 
 // Column-parallel GEMM backward (Megatron ColumnParallelLinear with sequence parallelism): x_all [tokens x k] is the

@@ -36,20 +36,27 @@ double dot_loss(const std::vector<float>& dy, F f, const std::vector<float>& x) 
   return s;
 }
 
-// Central differences of sum(dy * f(x)) with respect to every element of x.
-template <class F>
-std::vector<double> numeric_grad(const std::vector<float>& dy, F f, std::vector<float> x, float h = 1e-3f) {
+// Central differences of the scalar loss() with respect to every element of x (loss reads x, which is perturbed in
+// place and restored).
+template <class L>
+std::vector<double> central_diff(L loss, std::vector<float>& x, float h = 1e-3f) {
   std::vector<double> g(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     const float x0 = x[i];
     x[i] = x0 + h;
-    const double up = dot_loss(dy, f, x);
+    const double up = loss();
     x[i] = x0 - h;
-    const double dn = dot_loss(dy, f, x);
+    const double dn = loss();
     x[i] = x0;
     g[i] = (up - dn) / (double(x0 + h) - double(x0 - h));
   }
   return g;
+}
+
+// Central differences of sum(dy * f(x)) with respect to every element of x.
+template <class F>
+std::vector<double> numeric_grad(const std::vector<float>& dy, F f, std::vector<float> x, float h = 1e-3f) {
+  return central_diff([&] { return dot_loss(dy, f, x); }, x, h);
 }
 
 TEST(Ops, RmsNormGradientsMatchFiniteDifferencesAndTheClosedForm) {
@@ -151,16 +158,9 @@ TEST(Ops, GdnGatesBackwardMatchesFiniteDifferences) {
   };
   std::vector<float> dtv(static_cast<size_t>(lv), 0.0f), alv(static_cast<size_t>(lv), 0.0f);
   for (int64_t h = 0; h < lv; ++h) dtv[size_t(h)] = bf16_to_float(dt[size_t(h)]), alv[size_t(h)] = bf16_to_float(alog[size_t(h)]);
-  const float e = 1e-3f;
-  auto central = [&](std::vector<float>& v, size_t i, auto f) {
-    const float x0 = v[i];
-    v[i] = x0 + e;
-    const double up = f();
-    v[i] = x0 - e;
-    const double dn = f();
-    v[i] = x0;
-    return (up - dn) / (double(x0 + e) - double(x0 - e));
-  };
+  auto segment_loss = [&] { return loss(proj, dtv, alv); };
+  const std::vector<double> nproj = central_diff(segment_loss, proj), ndt = central_diff(segment_loss, dtv),
+                            nal = central_diff(segment_loss, alv);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t col = 0; col < P; ++col) {
       const size_t i = size_t(t * P + col);
@@ -169,14 +169,11 @@ TEST(Ops, GdnGatesBackwardMatchesFiniteDifferences) {
         EXPECT_EQ(dproj[i], -7.0f) << "row " << t << " column " << col << " is not the segment's gate column";
         continue;
       }
-      const double num = central(proj, i, [&] { return loss(proj, dtv, alv); });
-      EXPECT_NEAR(dproj[i], num, 2e-3 * (1 + std::abs(num))) << "row " << t << " column " << col;
+      EXPECT_NEAR(dproj[i], nproj[i], 2e-3 * (1 + std::abs(nproj[i]))) << "row " << t << " column " << col;
     }
-  for (int64_t h = 0; h < lv; ++h) {
-    const double ndt = central(dtv, size_t(h), [&] { return loss(proj, dtv, alv); });
-    const double nal = central(alv, size_t(h), [&] { return loss(proj, dtv, alv); });
-    EXPECT_NEAR(d_dt[size_t(h)] - 0.5f, ndt, 2e-3 * (1 + std::abs(ndt))) << "dt_bias " << h << " (accumulated)";
-    EXPECT_NEAR(d_alog[size_t(h)] + 0.25f, nal, 2e-3 * (1 + std::abs(nal))) << "A_log " << h << " (accumulated)";
+  for (size_t h = 0; h < size_t(lv); ++h) {
+    EXPECT_NEAR(d_dt[h] - 0.5f, ndt[h], 2e-3 * (1 + std::abs(ndt[h]))) << "dt_bias " << h << " (accumulated)";
+    EXPECT_NEAR(d_alog[h] + 0.25f, nal[h], 2e-3 * (1 + std::abs(nal[h]))) << "A_log " << h << " (accumulated)";
   }
 }
 
