@@ -17,8 +17,6 @@ std::string device_layer_support_error(const std::vector<LayerSpec>& layers) {
   for (const LayerSpec& l : layers) {
     if (l.mixer == MixerKind::MLA)
       return "the GPU backend runs full-attention and gated DeltaNet layers (MLA layers run on --backend cpu)";
-    if (l.ffn != FfnKind::Dense)
-      return "the GPU backend runs dense MLP layers only (MoE layers run on --backend cpu)";
   }
   return "";
 }
@@ -242,14 +240,6 @@ void DeviceOps::la_bwd(const linear_attention::Shape& s, const float* q, const f
   linear_attention::cuda::backward(s, q, k, v, g, beta, state_in, d_o, d_state_out, dq, dk, dv, dg, dbeta, d_state_in,
                                    opt, w.data(), bytes, stream);
 }
-void DeviceOps::moe_fwd(Ctx&, const UnitLayout&, const UnitView&, const float*, Keep, DeviceLayerSaved&, float*) {
-  throw std::logic_error("DeviceOps::moe_fwd: MoE is not on the device (refused before the step)");
-}
-void DeviceOps::moe_bwd(Ctx&, const UnitLayout&, const UnitView&, const UnitGrad&, DeviceLayerSaved&, const float*,
-                        const float*, float*) {
-  throw std::logic_error("DeviceOps::moe_bwd: MoE is not on the device (refused before the step)");
-}
-
 // ---------------------------------------------------------------- the device instance of layers_impl.h
 
 void layer_forward(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep,

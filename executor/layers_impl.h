@@ -16,7 +16,7 @@
 //   cross_entropy(c, h, W, targets, gl, lse, dh, dW)                           the loss over the gathered tokens
 //   gated_norm, gated_norm_bwd, gdn_gates, gdn_gates_bwd, conv1d_fwd, conv1d_history, conv1d_bwd, la_fwd, la_bwd
 //                                                                              gated DeltaNet's ops and kernels
-//   moe_fwd, moe_bwd                                                           the MoE FFN, which the host runs alone
+//   moe_fwd, moe_bwd                                                           the MoE FFN (host: kernels/moe CPU layer; device: moe_cuda.cpp)
 #pragma once
 
 #include <algorithm>

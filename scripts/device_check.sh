@@ -8,6 +8,7 @@
 #   selftest-profile.json   that profile (commit it with its provenance: node.txt's GPU, driver, date);
 #   exec-cuda.json / exec-cuda.txt   one lcplan-exec --backend cuda --cupti run of a 1-GPU dense plan (its record:
 #                  CUDA-event and CUPTI seconds per phase) and `lcplan validate` of it against its estimate;
+#   exec-cuda-moe.json / exec-cuda-moe.txt   the same for a 1-GPU Qwen3.5 MoE plan;
 #   sanitizer.txt  compute-sanitizer memcheck of each GPU test binary, in the time left;
 #   summary.txt    one line per step: pass, FAIL, skipped or not run (out of time).
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 when the pack is missing.
@@ -63,24 +64,28 @@ case $rc in
   *) note FAIL "lcplan selftest --gpu (exit $rc: selftest.txt)" ;;
 esac
 
-# 2. The executor itself on the device: one GPU (the node may have no second), three steps, CUPTI per phase.
-if [ "$rc" -eq 77 ]; then
-  note skipped "lcplan-exec --backend cuda (no usable device)"
-else
+# 2. The executor itself on the device: one GPU (the node may have no second), three steps, CUPTI per phase; a dense
+#    plan, then Qwen3.5-35B-A3B scaled (gated DeltaNet, MoE in two EP chunks, executor/moe_cuda.cpp).
+for run in "exec-cuda dense-1gpu.json 16 2" "exec-cuda-moe moe-1gpu.json 64 1"; do
+  read -r name plan scale layers <<<"$run"
+  if [ "$rc" -eq 77 ]; then
+    note skipped "lcplan-exec --backend cuda $plan (no usable device)"
+    continue
+  fi
   t=$(left)
   t=$((t < 120 ? t : 120))
   timeout "$t" "$pack/usr/bin/mpirun" --allow-run-as-root --oversubscribe -np 1 "$pack/build/cli/lcplan-exec" \
-    --plan tests/executor/plans/dense-1gpu.json --scale 16 --layers 2 --steps 3 --backend cuda --cupti \
-    --out "$out/exec-cuda.json" >"$out/exec-cuda.txt" 2>&1 </dev/null
-  rc=$?
-  if [ "$rc" -eq 0 ]; then
-    note pass "lcplan-exec --backend cuda --cupti (exec-cuda.json)"
-    lcplan validate --plan tests/executor/plans/dense-1gpu.json --measured "$out/exec-cuda.json" >>"$out/exec-cuda.txt" 2>&1 ||
-      note FAIL "lcplan validate of the GPU run (exec-cuda.txt)"
+    --plan "tests/executor/plans/$plan" --scale "$scale" --layers "$layers" --steps 3 --backend cuda --cupti \
+    --out "$out/$name.json" >"$out/$name.txt" 2>&1 </dev/null
+  erc=$?
+  if [ "$erc" -eq 0 ]; then
+    note pass "lcplan-exec --backend cuda --cupti $plan ($name.json)"
+    lcplan validate --plan "tests/executor/plans/$plan" --measured "$out/$name.json" >>"$out/$name.txt" 2>&1 ||
+      note FAIL "lcplan validate of the GPU run ($name.txt)"
   else
-    note FAIL "lcplan-exec --backend cuda --cupti (exit $rc: exec-cuda.txt)"
+    note FAIL "lcplan-exec --backend cuda --cupti $plan (exit $erc: $name.txt)"
   fi
-fi
+done
 
 # 3. compute-sanitizer memcheck of each binary, the executor's first (never run on a GPU before), in the time left.
 if ! command -v compute-sanitizer >/dev/null; then

@@ -1,6 +1,7 @@
 // The GPU backend's decoder layers (executor/layers_cuda.h) against the host layers (layers.h) on the same weights and
 // inputs: one rank, one GPU. A full-attention + SwiGLU layer (plain, and gated with q/k norm, partial RoPE and a
-// sliding window) and a gated DeltaNet + SwiGLU layer forward and backward under every recompute mode, the loss
+// sliding window), a gated DeltaNet + SwiGLU layer and Qwen3.5's gated DeltaNet + MoE layer (routed experts in two EP
+// chunks, the gated shared expert) forward and backward under every recompute mode, the loss
 // (linear CE and materialized logits) and the embedding. Both run
 // layers_impl.h, so the test checks the device ops and kernels in place and that the device layer saves the same
 // activation bytes; skips itself without a usable device.
@@ -62,20 +63,26 @@ std::vector<float> bf16_values(size_t n, uint64_t seed, float scale) {
   return x;
 }
 
-// The mixer a case runs: Llama's attention, Qwen3.5's gated attention, or Qwen3.5's gated DeltaNet.
-enum class Mixer { Llama, GatedAttention, GatedDeltaNet };
-constexpr Mixer kMixers[] = {Mixer::Llama, Mixer::GatedAttention, Mixer::GatedDeltaNet};
+// The layer a case runs: Llama's attention, Qwen3.5's gated attention or gated DeltaNet (with a SwiGLU MLP), or
+// Qwen3.5's gated DeltaNet with its MoE FFN.
+enum class Mixer { Llama, GatedAttention, GatedDeltaNet, GatedDeltaNetMoe };
+constexpr Mixer kMixers[] = {Mixer::Llama, Mixer::GatedAttention, Mixer::GatedDeltaNet, Mixer::GatedDeltaNetMoe};
+constexpr int kMoeChunks = 2;  // EP chunks of the MoE case (one rank: the chunks split its tokens)
 
 // The model a case runs: Llama-3.1-8B scaled by 32 to one layer, with Qwen3.5's attention features or its gated
 // DeltaNet (Qwen3.5-35B-A3B's, scaled the same way) in place of the attention.
 ModelSpec case_model(Mixer mixer) {
   Plan p = make_plan("llama-3.1-8b", {.seq = 8192});
   ModelSpec m = executor_case(zoo("llama-3.1-8b"), p, {32, 1}).model;
-  if (mixer == Mixer::GatedDeltaNet) {
+  if (mixer == Mixer::GatedDeltaNet || mixer == Mixer::GatedDeltaNetMoe) {
     const Plan qp = make_plan("qwen3.5-35b-a3b", {.seq = 8192});
     const ModelSpec q = executor_case(zoo("qwen3.5-35b-a3b"), qp, {32, 1}).model;
     m.linear = q.linear;
     m.layers[0].mixer = MixerKind::LinearAttention;
+    if (mixer == Mixer::GatedDeltaNetMoe) {
+      m.moe = q.moe;
+      m.layers[0].ffn = FfnKind::MoE;
+    }
   }
   if (mixer == Mixer::GatedAttention) {
     m.attn.output_gate = true;
@@ -98,6 +105,7 @@ class LayersCuda : public ::testing::Test {
     c.rows = seq;
     c.linear_ce = true;
     c.ce_vocab_tile = 256;
+    c.sched = moe::make_chunk_schedule(kMoeChunks, {}, d.moe.shared_ffn > 0);
     return c;
   }
 
@@ -135,15 +143,17 @@ constexpr int64_t kSeq = 256;
 const Keep kKeeps[] = {Keep::All, Keep::Selective, Keep::InputOnly};
 
 std::string case_name(Mixer mixer, Keep keep) {
-  const char* name = mixer == Mixer::Llama ? "llama attention" : mixer == Mixer::GatedAttention ? "gated attention"
-                                                                                                : "gated DeltaNet";
+  const char* name = mixer == Mixer::Llama            ? "llama attention"
+                     : mixer == Mixer::GatedAttention ? "gated attention"
+                     : mixer == Mixer::GatedDeltaNet  ? "gated DeltaNet"
+                                                      : "gated DeltaNet + MoE";
   return std::string(name) + ", keep " + std::to_string(int(keep));
 }
 
 // One layer's forward and backward on the host: the reference of the device run, from the same weights and inputs.
 struct HostRun {
   std::vector<bf16> x16;
-  std::vector<float> dout, out, dx, grad;
+  std::vector<float> dout, out, dx, grad, expert_grad;
   double saved_bytes = 0;  // activations the forward kept
 };
 HostRun host_layer(const comm::ProcessGroups& pg, const ModelSpec& m, Keep keep, ParamStore& ps, Tracker& th) {
@@ -162,10 +172,11 @@ HostRun host_layer(const comm::ProcessGroups& pg, const ModelSpec& m, Keep keep,
   r.out.resize(n);
   r.dx.resize(n);
   r.grad.assign(u.n_dense, 0.0f);
+  r.expert_grad.assign(u.n_expert, 0.0f);
   layer_forward(c, u, ps.view(1), m.layers[0], keep, sv, r.out.data());
   r.saved_bytes = th.live(Category::Activations);
-  layer_backward(c, u, ps.view(1), UnitGrad{r.grad.data(), nullptr}, m.layers[0], keep, sv, r.dout.data(),
-                 r.dx.data());
+  layer_backward(c, u, ps.view(1), UnitGrad{r.grad.data(), u.n_expert ? r.expert_grad.data() : nullptr}, m.layers[0],
+                 keep, sv, r.dout.data(), r.dx.data());
   return r;
 }
 
@@ -180,24 +191,29 @@ TEST_F(LayersCuda, LayerForwardAndBackwardMatchTheHost) {
       const HostRun h = host_layer(host_pg_, m, keep, ps, th);
       const UnitLayout& u = ps.units()[1];
       cuda::DeviceBuf<bf16> wdev = upload(td, Category::Params, ps.view(1).dense, u.n_dense);
+      cuda::DeviceBuf<bf16> edev = upload(td, Category::Params, ps.view(1).expert, u.n_expert);
+      const UnitView wv{wdev.data(), u.n_expert ? edev.data() : nullptr};
       Ctx cd = ctx(td, d, dev_pg_, kSeq);
       const size_t n = h.x16.size();
       cuda::DeviceOps o{td, blas_, stream_};
       cuda::DeviceLayerSaved sd;
       sd.x = upload(td, Category::Activations, h.x16.data(), n);
       cuda::DeviceBuf<float> out_d(td, Category::Workspace, n), dx_d(td, Category::Workspace, n);
-      cuda::DeviceBuf<float> g_d(td, Category::Grads, u.n_dense);
+      cuda::DeviceBuf<float> g_d(td, Category::Grads, u.n_dense), ge_d(td, Category::Grads, u.n_expert);
       cuda::DeviceBuf<float> dout_d = upload(td, Category::Workspace, h.dout.data(), n);
-      cuda::layer_forward(o, cd, u, UnitView{wdev.data(), nullptr}, m.layers[0], keep, sd, out_d.data());
+      cuda::layer_forward(o, cd, u, wv, m.layers[0], keep, sd, out_d.data());
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       EXPECT_EQ(td.live(Category::Activations), h.saved_bytes) << what << ": the device layer saves other bytes";
-      cuda::layer_backward(o, cd, u, UnitView{wdev.data(), nullptr}, UnitGrad{g_d.data(), nullptr}, m.layers[0], keep,
+      cuda::layer_backward(o, cd, u, wv, UnitGrad{g_d.data(), u.n_expert ? ge_d.data() : nullptr}, m.layers[0], keep,
                            sd, dout_d.data(), dx_d.data());
       CUDA_CHECK(cudaStreamSynchronize(stream_));
 
       EXPECT_LT(rel_norm(download(out_d.data(), n), h.out), kRelNorm) << what << ": layer output";
       EXPECT_LT(rel_norm(download(dx_d.data(), n), h.dx), kRelNorm) << what << ": input gradient";
       EXPECT_LT(rel_norm(download(g_d.data(), u.n_dense), h.grad), kRelNorm) << what << ": weight gradients";
+      if (u.n_expert) {
+        EXPECT_LT(rel_norm(download(ge_d.data(), u.n_expert), h.expert_grad), kRelNorm) << what << ": expert gradients";
+      }
       EXPECT_EQ(td.live(Category::Activations), 0) << what << ": backward frees the saved tensors";
     }
 }
@@ -222,6 +238,7 @@ TEST(LayersCudaReference, HostCasesRunAndAgreeAcrossRecomputeModes) {
       EXPECT_EQ(runs[k].out, runs[0].out) << case_name(mixer, kKeeps[k]);
       EXPECT_EQ(runs[k].dx, runs[0].dx) << case_name(mixer, kKeeps[k]);
       EXPECT_EQ(runs[k].grad, runs[0].grad) << case_name(mixer, kKeeps[k]);
+      EXPECT_EQ(runs[k].expert_grad, runs[0].expert_grad) << case_name(mixer, kKeeps[k]);
     }
     EXPECT_GT(runs[0].saved_bytes, runs[2].saved_bytes);  // full recompute keeps only the input
   }
@@ -295,7 +312,7 @@ TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
   EXPECT_EQ(cuda::device_layer_support_error(m.layers), "");
   std::vector<LayerSpec> moe = m.layers;
   moe[0].ffn = FfnKind::MoE;
-  EXPECT_NE(cuda::device_layer_support_error(moe).find("dense MLP layers only"), std::string::npos);
+  EXPECT_EQ(cuda::device_layer_support_error(moe), "");
   std::vector<LayerSpec> gdn = m.layers;
   gdn[0].mixer = MixerKind::LinearAttention;
   EXPECT_EQ(cuda::device_layer_support_error(gdn), "");
@@ -308,6 +325,13 @@ TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
   EXPECT_EQ(cuda::device_support_error(m, p), "");
   p = make_plan("llama-3.1-8b", {.gpus = 2, .cp = 2});
   EXPECT_EQ(cuda::device_support_error(m, p), "");
+  // MoE layers: EP and its chunks on the device; TP's sharded shared expert and ETP on the host only.
+  const ModelSpec q = case_model(Mixer::GatedDeltaNetMoe);
+  EXPECT_EQ(cuda::device_support_error(q, make_plan("qwen3.5-35b-a3b", {.gpus = 2, .ep = 2, .ep_chunks = 2})), "");
+  EXPECT_NE(cuda::device_support_error(q, make_plan("qwen3.5-35b-a3b", {.gpus = 2, .tp = 2})).find("tp = 2, etp = 1"),
+            std::string::npos);
+  EXPECT_NE(cuda::device_support_error(q, make_plan("qwen3.5-35b-a3b", {.gpus = 4, .ep = 2, .etp = 2})).find("etp = 2"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 // cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
 // a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
+// moe_* run Qwen3.5-35B-A3B itself, scaled (a gated DeltaNet and a gated-attention layer, both MoE): routing, EP
+// chunks, the all-to-alls over NCCL against MPI, the gated shared expert (executor/moe_cuda.cpp).
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
@@ -34,7 +36,9 @@ struct StepCase {
   PlanArgs args;
   int layers = 2;
   bool gated_deltanet = false;  // the first layer's attention replaced by Qwen3.5's gated DeltaNet
+  const char* model = "llama-3.1-8b";  // the zoo model scaled (layers: the first `layers` of each kind for Qwen3.5)
 };
+constexpr const char* kQwen = "qwen3.5-35b-a3b";
 
 // Each binary runs the cases for its world size: executor_step_cuda_test on two ranks, executor_step_cuda_1gpu_test
 // on one.
@@ -57,10 +61,17 @@ const StepCase kCases[] = {
     // Gated DeltaNet: heads split over TP, and the state handed along the CP ranks (NCCL send / recv on the stream).
     {"gdn_tp2", {.gpus = 2, .tp = 2, .seq = 4096}, 2, true},
     {"gdn_cp2_selective", {.gpus = 2, .cp = 2, .seq = 4096, .recompute = Recompute::Selective}, 2, true},
+    {"one_gpu_moe_chunks2_selective", {.gpus = 1, .ep_chunks = 2, .seq = 8192, .recompute = Recompute::Selective}, 1,
+     false, kQwen},
+    {"moe_ep2_chunks2_dist_opt", {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 8192,
+                                  .sharding = OptimizerSharding::DistOpt}, 1, false, kQwen},
+    {"moe_ep2_full_recompute", {.gpus = 2, .ep = 2, .seq = 8192, .recompute = Recompute::Full}, 1, false, kQwen},
+    {"moe_cp2_ep2", {.gpus = 2, .cp = 2, .ep = 2, .seq = 8192}, 1, false, kQwen},
+    {"moe_pp2", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 8192}, 1, false, kQwen},
 };
 
 ScaledCase scaled(const StepCase& k) {
-  ScaledCase sc = executor_case(zoo("llama-3.1-8b"), make_plan("llama-3.1-8b", k.args), {64, k.layers});
+  ScaledCase sc = executor_case(zoo(k.model), make_plan(k.model, k.args), {64, k.layers});
   if (k.gated_deltanet) {
     // Scaled under the case's own layout, so its heads split over the case's TP and CP.
     sc.model.linear = executor_case(zoo("qwen3.5-35b-a3b"), make_plan("qwen3.5-35b-a3b", k.args), {64, 1}).model.linear;

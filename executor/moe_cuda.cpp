@@ -1,0 +1,405 @@
+// The MoE FFN on the GPU backend (DeviceOps::moe_fwd / moe_bwd): the host's layer (kernels/moe/moe_cpu.cpp, run by
+// layers.cpp) step for step, on the executor's stream, with kernels/moe's CUDA kernels (routing, expert-major
+// permutation, SwiGLU, row-block reorder, shared-expert gate) and NCCL all-to-all-v over the EP group. Tokens, weights
+// and GEMMs are fp32 without TF32 as on the host, so both pick the same experts and differ by summation order only.
+// Every state buffer is a DeviceBuf charged to the category the host charges it to (README "Memory mapping"), and
+// the saved tensors (logits, probabilities, xe, yp, h1, activations, counts) have the host's sizes.
+//
+// The chunks of the EP schedule run one after another on the one stream: a chunk's all-to-all does not overlap
+// another chunk's expert GEMMs yet (kernels/moe/moe_cuda.h's standalone layer does that on streams of its own). The
+// host waits for the stream once per pass, for the router's counts, which size the all-to-alls; it never synchronises
+// the device, so a pipeline send in flight on another stream cannot stall it (executor/README.md "GPU backend").
+// Expert tensor parallelism and the TP-sharded shared expert are host-only (device_support_error refuses them).
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "executor/layers_cuda.h"
+#include "executor/layers_impl.h"
+#include "executor/ops_cuda.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/moe_kernels_cuda.h"
+#include "kernels/moe/moe_layer.h"
+#include "kernels/moe/moe_math.h"
+#include "parallel/chunk_schedule.h"
+
+namespace lcplan::exec::cuda {
+namespace {
+
+namespace mg = moe::gpu;
+
+// Row-major fp32 GEMM on the executor's handle and stream (no TF32, as the executor's other GEMMs).
+void gemm32(DeviceOps& o, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* A, const float* B, float* C,
+            float beta) {
+  mg::gemm(o.handle, ta, tb, m, n, k, A, B, C, CUDA_R_32F, CUDA_R_32F, 1.0f, beta, true, o.stream);
+}
+
+// The layer's weights widened from the bf16 unit into fp32 workspace, the tensors the host's moe_weights widens.
+struct DevMoeWeights {
+  DeviceBuf<float> router, bias, w1, w2, sw1, sw2, gate;
+};
+
+DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, const UnitView& w) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const size_t H = size_t(cfg.hidden), E = size_t(cfg.experts), F = size_t(cfg.expert_ffn / c.d.etp),
+               S = size_t(cfg.shared_ffn), L = E / size_t(c.pg.ep.size);
+  DevMoeWeights r;
+  r.router = o.widen(w.dense + u.off.router, H * E);
+  // Zeros without a selection bias, as the host's vector: one code path for both routers.
+  r.bias = cfg.router == moe::Router::SigmoidGroupLimited ? o.widen(w.dense + u.off.expert_bias, E) : o.ws(E);
+  r.w1 = o.widen(w.expert + u.off.w1, L * H * 2 * F);
+  r.w2 = o.widen(w.expert + u.off.w2, L * F * H);
+  if (S) {
+    r.sw1 = o.widen(w.dense + u.off.shared_w1, H * 2 * S);
+    r.sw2 = o.widen(w.dense + u.off.shared_w2, S * H);
+  }
+  if (cfg.shared_gate) r.gate = o.widen(w.dense + u.off.shared_gate, H);
+  return r;
+}
+
+// One chunk of the EP schedule: its tokens, where their slots go (send side, expert-major rows) and what this rank's
+// experts receive (source-major as received, expert-major as the GEMMs want), as moe_cpu.cpp's ChunkBuffers.
+struct DevChunk {
+  int t0 = 0, t1 = 0;
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer
+  std::vector<int64_t> recv_by_block;  // rows per (source rank, local expert)
+  std::vector<int64_t> expert_off;     // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
+  std::vector<int64_t> table;          // row blocks {source-major row, expert-major row, rows} (kept for the copy)
+  int nblocks = 0;
+  int64_t max_block_rows = 0;
+  DeviceBuf<int> rows;                 // slot (t - t0) * K + k -> row of xp / yp
+  DeviceBuf<int64_t> blocks;           // `table` on the device
+  DeviceBuf<float> xp, xr, xe, h1, act, ye_src, yp;
+  int tokens() const { return t1 - t0; }
+  int64_t rows_in() const { return expert_off.back(); }
+};
+
+struct DevRouting {
+  DeviceBuf<float> scores, w;
+  DeviceBuf<int> idx;
+  std::vector<int64_t> counts_recv;  // [source rank][chunk][local expert]: the saved moe_meta
+  std::vector<DevChunk> chunks;
+  int64_t rows_received = 0;
+};
+
+// The host layer's collective argument check, with the shard shape of this rank's unit.
+void check_args(const Ctx& c, int64_t rows) {
+  if (c.pg.etp.size > 1 || c.tp > 1)
+    throw std::logic_error("DeviceOps MoE: ETP and TP run on the host only (device_support_error refuses them)");
+  moe::MoeWeights shape;
+  shape.local_experts = c.d.moe.experts / c.pg.ep.size;
+  shape.first_expert = c.pg.ep.rank * shape.local_experts;
+  shape.ffn_local = c.d.moe.expert_ffn;
+  moe::check_moe_args(c.pg.ep, c.d.moe, shape, int(rows), c.sched);
+}
+
+// Routes this rank's tokens from router logits (top-k experts, weights, scores), then lays out every chunk: the
+// expert-major rows of its slots, and from the receive counts (exchanged over EP, or `saved_recv` from the forward)
+// the all-to-all counts and the row-block table. The host waits here for the router's counts.
+DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logits, const int64_t* saved_recv) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const int R = int(c.rows), H = cfg.hidden, E = cfg.experts, K = cfg.top_k, P = c.pg.ep.size, L = E / P,
+            N = c.sched.chunks;
+  DevRouting rt;
+  rt.scores = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R) * E);
+  rt.idx = DeviceBuf<int>(o.tr, Category::MoeBuffers, size_t(R) * K);
+  rt.w = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R) * K);
+  const float* bias = cfg.router == moe::Router::SigmoidGroupLimited ? W.bias.data() : nullptr;
+  mg::launch_route(logits, bias, moe::router_params(cfg), R, rt.scores.data(), rt.idx.data(), rt.w.data(), o.stream);
+  const std::vector<int> bounds = moe::chunk_bounds(R, N, c.sched.weights);
+  mg::ChunkBounds cb;
+  cb.chunks = N;
+  for (int ch = 0; ch <= N; ++ch) cb.b[ch] = bounds[size_t(ch)];
+  std::vector<int> hc(size_t(N) * E);
+  {
+    DeviceBuf<int> counts(o.tr, Category::Workspace, hc.size());
+    mg::launch_chunk_counts(rt.idx.data(), R, K, E, cb, counts.data(), o.stream);
+    CUDA_CHECK(cudaMemcpyAsync(hc.data(), counts.data(), sizeof(int) * hc.size(), cudaMemcpyDeviceToHost, o.stream));
+    CUDA_CHECK(cudaStreamSynchronize(o.stream));
+  }
+  std::vector<size_t> send(size_t(P) * N * L), recv(send.size());
+  for (int q = 0; q < P; ++q)
+    for (int ch = 0; ch < N; ++ch)
+      for (int e = 0; e < L; ++e) send[(size_t(q) * N + ch) * L + e] = size_t(hc[size_t(ch) * E + q * L + e]);
+  if (saved_recv) std::copy(saved_recv, saved_recv + recv.size(), recv.begin());
+  else comm::exchange_counts(c.pg.ep, send.data(), recv.data(), size_t(N) * L);
+  rt.counts_recv.assign(recv.begin(), recv.end());
+  rt.chunks.resize(size_t(N));
+  for (int ch = 0; ch < N; ++ch) {
+    DevChunk& b = rt.chunks[size_t(ch)];
+    b.t0 = bounds[size_t(ch)];
+    b.t1 = bounds[size_t(ch) + 1];
+    b.send_counts.assign(P, 0);
+    b.send_displs.assign(P, 0);
+    b.recv_counts.assign(P, 0);
+    b.recv_displs.assign(P, 0);
+    b.recv_by_block.assign(size_t(P) * L, 0);
+    size_t srows = 0, rrows = 0;
+    for (int q = 0; q < P; ++q) {  // experts are contiguous per rank: expert-major send order is rank-major
+      b.send_displs[q] = srows * H;
+      size_t n = 0;
+      for (int e = 0; e < L; ++e) n += send[(size_t(q) * N + ch) * L + e];
+      b.send_counts[q] = n * H;
+      srows += n;
+      b.recv_displs[q] = rrows * H;
+      size_t m = 0;
+      for (int e = 0; e < L; ++e) {
+        const size_t r = recv[(size_t(q) * N + ch) * L + e];
+        b.recv_by_block[size_t(q) * L + e] = int64_t(r);
+        m += r;
+      }
+      b.recv_counts[q] = m * H;
+      rrows += m;
+    }
+    if (srows != size_t(b.tokens()) * K)
+      throw std::logic_error("device MoE counts: chunk " + std::to_string(ch) + " sends " + std::to_string(srows) +
+                             " rows for " + std::to_string(b.tokens() * K) + " slots");
+    rt.rows_received += int64_t(rrows);
+    b.expert_off.assign(size_t(L) + 1, 0);
+    for (int e = 0; e < L; ++e) {
+      int64_t n = 0;
+      for (int q = 0; q < P; ++q) n += b.recv_by_block[size_t(q) * L + e];
+      b.expert_off[size_t(e) + 1] = b.expert_off[size_t(e)] + n;
+    }
+    for (int q = 0; q < P; ++q)
+      for (int e = 0; e < L; ++e) {
+        const int64_t n = b.recv_by_block[size_t(q) * L + e];
+        if (!n) continue;
+        b.table.push_back(moe::block_offset_src_major(b.recv_by_block.data(), P, L, q, e));
+        b.table.push_back(moe::block_offset_expert_major(b.recv_by_block.data(), P, L, q, e));
+        b.table.push_back(n);
+        b.max_block_rows = std::max(b.max_block_rows, n);
+        ++b.nblocks;
+      }
+    b.blocks = DeviceBuf<int64_t>(o.tr, Category::MoeBuffers, b.table.size());
+    if (!b.table.empty())
+      CUDA_CHECK(cudaMemcpyAsync(b.blocks.data(), b.table.data(), sizeof(int64_t) * b.table.size(),
+                                 cudaMemcpyHostToDevice, o.stream));
+    // Stable expert-major rows of the chunk's slots: moe_math.h's order, the host's send_layout.
+    const int slots = b.tokens() * K;
+    b.rows = DeviceBuf<int>(o.tr, Category::MoeBuffers, size_t(slots));
+    if (slots) {
+      const size_t bytes = mg::expert_major_rows_workspace(slots, E);
+      DeviceBuf<int> offsets(o.tr, Category::Workspace, size_t(E) + 1);
+      DeviceBuf<float> scratch(o.tr, Category::Workspace, (bytes + sizeof(float) - 1) / sizeof(float));
+      mg::launch_expert_major_rows(rt.idx.data() + size_t(b.t0) * K, slots, E, offsets.data(), b.rows.data(),
+                                   scratch.data(), scratch.bytes(), o.stream);
+    }
+  }
+  return rt;
+}
+
+// One GEMM per local expert with rows: out rows [off[e], off[e+1]) = in rows x W_e, W_e = w + e * k * n (k x n, or
+// n x k when trans_w).
+void expert_gemms(DeviceOps& o, const DevChunk& b, const float* in, int64_t k, int64_t n, const float* w, float* out,
+                  bool trans_w) {
+  for (size_t e = 0; e + 1 < b.expert_off.size(); ++e) {
+    const int64_t r0 = b.expert_off[e], m = b.expert_off[e + 1] - r0;
+    if (m) gemm32(o, false, trans_w, m, n, k, in + r0 * k, w + int64_t(e) * k * n, out + r0 * n, 0.0f);
+  }
+}
+
+// Rows between the source-major (as received) and expert-major layouts of a chunk.
+void reorder(DeviceOps& o, const DevChunk& b, const float* in, float* out, int64_t H, bool to_expert_major) {
+  if (b.nblocks)
+    mg::launch_copy_blocks<float>(in, out, b.blocks.data(), b.nblocks, b.max_block_rows, int(H), to_expert_major,
+                                  o.stream);
+}
+
+// A chunk member of every chunk, rounded to bf16 one after another: the host's concat16.
+template <class F>
+DeviceBuf<bf16> concat16(DeviceOps& o, std::vector<DevChunk>& chunks, F member) {
+  size_t n = 0;
+  for (DevChunk& k : chunks) n += member(k).size();
+  DeviceBuf<bf16> out(o.tr, Category::Activations, n);
+  size_t at = 0;
+  for (DevChunk& k : chunks) {
+    o.to_bf16(member(k).data(), out.data() + at, member(k).size());
+    at += member(k).size();
+  }
+  return out;
+}
+
+// The next n values of a saved bf16 tensor, widened into a chunk's fp32 state buffer.
+DeviceBuf<float> take(DeviceOps& o, const DeviceBuf<bf16>& src, size_t& at, size_t n) {
+  DeviceBuf<float> b(o.tr, Category::MoeBuffers, n);
+  if (n) cuda::to_f32(src.data() + at, b.data(), n, o.stream);
+  at += n;
+  return b;
+}
+
+// The shared expert's forward on this rank's tokens (the kernel's SharedFwd): fc1, SwiGLU, fc2 and the gate.
+struct DevShared {
+  DeviceBuf<float> h1, act, out, gate;
+};
+void shared_out(DeviceOps& o, const Ctx& c, const DevMoeWeights& W, const float* x, DevShared& s) {
+  const int64_t R = c.rows, H = c.d.moe.hidden, S = c.d.moe.shared_ffn;
+  s.out = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R * H));
+  gemm32(o, false, false, R, H, S, s.act.data(), W.sw2.data(), s.out.data(), 0.0f);
+  if (c.d.moe.shared_gate) {
+    s.gate = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R));
+    mg::launch_shared_gate(x, W.gate.data(), int(R), int(H), s.gate.data(), o.stream);
+  }
+}
+
+}  // namespace
+
+void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep,
+                        DeviceLayerSaved& sv, float* y) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  check_args(c, R);
+  const DevMoeWeights W = widen_weights(*this, c, u, w);
+  DeviceBuf<float> logits(tr, Category::MoeBuffers, size_t(R * E));
+  gemm32(*this, false, false, R, E, H, n2, W.router.data(), logits.data(), 0.0f);
+  DevRouting rt = route(*this, c, W, logits.data(), nullptr);
+  DevShared sh;
+  if (S) {
+    sh.h1 = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(R * 2 * S));
+    sh.act = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(R * S));
+    gemm32(*this, false, false, R, 2 * S, H, n2, W.sw1.data(), sh.h1.data(), 0.0f);
+    mg::launch_swiglu<float>(sh.h1.data(), R, int(S), sh.act.data(), stream);
+    shared_out(*this, c, W, n2, sh);
+  }
+  for (DevChunk& b : rt.chunks) {
+    const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
+    b.xp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));
+    mg::launch_permute<float>(n2 + b.t0 * H, b.rows.data(), b.tokens(), int(K), int(H), b.xp.data(), stream);
+    b.xr = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
+    comm::all_to_all_v(c.pg.ep, b.xp.data(), b.send_counts.data(), b.send_displs.data(), b.xr.data(),
+                       b.recv_counts.data(), b.recv_displs.data(), comm::DType::F32);
+    b.xe = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
+    reorder(*this, b, b.xr.data(), b.xe.data(), H, true);
+    b.h1 = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
+    expert_gemms(*this, b, b.xe.data(), H, 2 * F, W.w1.data(), b.h1.data(), false);
+    b.act = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * F));
+    mg::launch_swiglu<float>(b.h1.data(), rows, int(F), b.act.data(), stream);
+    b.ye_src = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
+    {
+      DeviceBuf<float> ye = ws(size_t(rows * H));
+      expert_gemms(*this, b, b.act.data(), F, H, W.w2.data(), ye.data(), false);
+      reorder(*this, b, ye.data(), b.ye_src.data(), H, false);
+    }
+    b.yp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));  // the combine: the dispatch's reverse route
+    comm::all_to_all_v(c.pg.ep, b.ye_src.data(), b.recv_counts.data(), b.recv_displs.data(), b.yp.data(),
+                       b.send_counts.data(), b.send_displs.data(), comm::DType::F32);
+    mg::launch_unpermute<float>(b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(), int(K), int(H),
+                                S ? sh.out.data() + b.t0 * H : nullptr,
+                                S && cfg.shared_gate ? sh.gate.data() + b.t0 : nullptr, y + b.t0 * H, stream);
+  }
+  round(y, size_t(R * H));
+  if (keep == Keep::InputOnly) return;
+  c.moe_rows_received += double(rt.rows_received);
+  c.moe_rows_sent += double(R) * double(K);
+  sv.logits = save32(logits.data(), logits.size());
+  sv.probs = save32(rt.scores.data(), rt.scores.size());
+  sv.xe = concat16(*this, rt.chunks, [](DevChunk& k) -> DeviceBuf<float>& { return k.xe; });
+  sv.yp = concat16(*this, rt.chunks, [](DevChunk& k) -> DeviceBuf<float>& { return k.yp; });
+  sv.h1 = concat16(*this, rt.chunks, [](DevChunk& k) -> DeviceBuf<float>& { return k.h1; });
+  // SwiGLU of the saved (rounded) fc1 outputs, as on the host: every recompute mode backpropagates the same values.
+  if (keep == Keep::All) sv.eact = impl::swiglu16(*this, sv.h1, F);
+  if (S) {
+    sv.sh1 = save16(sh.h1.data(), sh.h1.size());
+    if (keep == Keep::All) sv.sact = impl::swiglu16(*this, sv.sh1, S);
+  }
+  // From pageable memory: staged before the call returns, so the vector may go with rt.
+  sv.moe_meta = DeviceBuf<int64_t>(tr, Category::Activations, rt.counts_recv.size());
+  CUDA_CHECK(cudaMemcpyAsync(sv.moe_meta.data(), rt.counts_recv.data(), sizeof(int64_t) * rt.counts_recv.size(),
+                             cudaMemcpyHostToDevice, stream));
+}
+
+void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
+                        const float* n2, const float* dy, float* dn2) {
+  const moe::MoeConfig& cfg = c.d.moe;
+  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  check_args(c, R);
+  const DevMoeWeights W = widen_weights(*this, c, u, w);
+  // The forward's routing, rebuilt from its saved logits and receive counts (the host's restore_routing).
+  std::vector<int64_t> recv(sv.moe_meta.size());
+  CUDA_CHECK(cudaMemcpyAsync(recv.data(), sv.moe_meta.data(), sizeof(int64_t) * recv.size(), cudaMemcpyDeviceToHost,
+                             stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  DevRouting rt = route(*this, c, W, sv.logits.data(), recv.data());
+  size_t xe_at = 0, h1_at = 0, act_at = 0, yp_at = 0;
+  for (DevChunk& b : rt.chunks) {
+    const size_t rows = size_t(b.rows_in()), slots = size_t(b.tokens()) * size_t(K);
+    b.xe = take(*this, sv.xe, xe_at, rows * H);
+    b.h1 = take(*this, sv.h1, h1_at, rows * 2 * F);
+    b.act = take(*this, sv.eact, act_at, rows * F);
+    b.yp = take(*this, sv.yp, yp_at, slots * H);
+  }
+  DevShared sh;
+  if (S) {  // the shared expert's output recomputed from the saved activation (not saved itself), as on the host
+    size_t at = 0;
+    sh.h1 = take(*this, sv.sh1, at, sv.sh1.size());
+    at = 0;
+    sh.act = take(*this, sv.sact, at, sv.sact.size());
+    shared_out(*this, c, W, n2, sh);
+  }
+  DeviceBuf<float> dw(tr, Category::MoeBuffers, size_t(R * K)), dx_routed(tr, Category::MoeBuffers, size_t(R * H)),
+      dx_shared(tr, Category::MoeBuffers, size_t(R * H));
+  std::vector<DeviceBuf<float>> dye(rt.chunks.size()), dh1(rt.chunks.size());
+  for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
+    DevChunk& b = rt.chunks[ch];
+    const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
+    DeviceBuf<float> dyp(tr, Category::MoeBuffers, size_t(slots * H)), dyr(tr, Category::MoeBuffers, size_t(rows * H));
+    mg::launch_unpermute_bwd<float>(dy + b.t0 * H, b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(),
+                                    int(K), int(H), dyp.data(), dw.data() + b.t0 * K, stream);
+    // Output gradients travel the dispatch route, input gradients the combine route.
+    comm::all_to_all_v(c.pg.ep, dyp.data(), b.send_counts.data(), b.send_displs.data(), dyr.data(),
+                       b.recv_counts.data(), b.recv_displs.data(), comm::DType::F32);
+    dye[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
+    reorder(*this, b, dyr.data(), dye[ch].data(), H, true);
+    dh1[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
+    DeviceBuf<float> dx_src(tr, Category::MoeBuffers, size_t(rows * H));
+    {
+      DeviceBuf<float> dact = ws(size_t(rows * F)), dxe = ws(size_t(rows * H));
+      expert_gemms(*this, b, dye[ch].data(), H, F, W.w2.data(), dact.data(), true);
+      mg::launch_swiglu_bwd<float>(b.h1.data(), dact.data(), rows, int(F), dh1[ch].data(), stream);
+      expert_gemms(*this, b, dh1[ch].data(), 2 * F, H, W.w1.data(), dxe.data(), true);
+      reorder(*this, b, dxe.data(), dx_src.data(), H, false);
+    }
+    DeviceBuf<float> dxp(tr, Category::MoeBuffers, size_t(slots * H));
+    comm::all_to_all_v(c.pg.ep, dx_src.data(), b.recv_counts.data(), b.recv_displs.data(), dxp.data(),
+                       b.send_counts.data(), b.send_displs.data(), comm::DType::F32);
+    // The permutation's backward: each token's K slot gradients summed in k order (weights 1).
+    mg::launch_unpermute<float>(dxp.data(), b.rows.data(), nullptr, b.tokens(), int(K), int(H), nullptr, nullptr,
+                                dx_routed.data() + b.t0 * H, stream);
+  }
+  if (S) {  // the kernel's SharedBwd, weight gradients accumulated into the unit's
+    DeviceBuf<float> dso = ws(size_t(R * H)), dz = ws(size_t(R)), dsact = ws(size_t(R * S)), dsh1 = ws(size_t(R * 2 * S));
+    mg::launch_shared_gate_bwd<float>(dy, sh.out.data(), cfg.shared_gate ? sh.gate.data() : nullptr, int(R), int(H),
+                                      dso.data(), dz.data(), stream);
+    gemm32(*this, true, false, S, H, R, sh.act.data(), dso.data(), impl::gd(g, u.off.shared_w2), 1.0f);
+    gemm32(*this, false, true, R, S, H, dso.data(), W.sw2.data(), dsact.data(), 0.0f);
+    mg::launch_swiglu_bwd<float>(sh.h1.data(), dsact.data(), R, int(S), dsh1.data(), stream);
+    gemm32(*this, true, false, H, 2 * S, R, n2, dsh1.data(), impl::gd(g, u.off.shared_w1), 1.0f);
+    gemm32(*this, false, true, R, H, 2 * S, dsh1.data(), W.sw1.data(), dx_shared.data(), 0.0f);
+    if (cfg.shared_gate) {  // the gate's rank-1 products: x^T dz into its gradient, dz g^T into the input gradient
+      gemm32(*this, true, false, H, 1, R, n2, dz.data(), impl::gd(g, u.off.shared_gate), 1.0f);
+      gemm32(*this, false, false, R, H, 1, dz.data(), W.gate.data(), dx_shared.data(), 1.0f);
+    }
+  }
+  // The experts' weight gradients after every chunk's dgrad (the host's delayed wgrad), chunk by chunk per expert.
+  for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
+    const DevChunk& b = rt.chunks[ch];
+    for (int64_t e = 0; e + 1 < int64_t(b.expert_off.size()); ++e) {
+      const int64_t r0 = b.expert_off[size_t(e)], m = b.expert_off[size_t(e) + 1] - r0;
+      if (!m) continue;
+      gemm32(*this, true, false, F, H, m, b.act.data() + r0 * F, dye[ch].data() + r0 * H,
+             g.expert + u.off.w2 + e * F * H, 1.0f);
+      gemm32(*this, true, false, H, 2 * F, m, b.xe.data() + r0 * H, dh1[ch].data() + r0 * 2 * F,
+             g.expert + u.off.w1 + e * H * 2 * F, 1.0f);
+    }
+  }
+  // The router: dlogits from the weights' gradients and the saved probabilities; the expert bias takes no gradient.
+  DeviceBuf<float> dlogits = ws(size_t(R * E));
+  mg::launch_route_bwd(sv.probs.data(), rt.idx.data(), dw.data(), moe::router_params(cfg), int(R), dlogits.data(),
+                       stream);
+  gemm32(*this, true, false, H, E, R, n2, dlogits.data(), impl::gd(g, u.off.router), 1.0f);
+  mg::launch_add(dx_routed.data(), dx_shared.data(), R * H, dn2, stream);
+  gemm32(*this, false, true, R, H, E, dlogits.data(), W.router.data(), dn2, 1.0f);
+}
+
+}  // namespace lcplan::exec::cuda
