@@ -58,21 +58,17 @@ DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, con
   return r;
 }
 
-// One chunk of the EP schedule: its tokens, where their slots go (send side, expert-major rows) and what this rank's
-// experts receive (source-major as received, expert-major as the GEMMs want), as moe_cpu.cpp's ChunkBuffers.
+// One chunk of the EP schedule: its tokens, its all-to-all layout (moe_layer.h chunk_layout: where its slots go and
+// what this rank's experts receive, source-major as received, expert-major as the GEMMs want) and its state buffers,
+// as moe_cpu.cpp's ChunkBuffers.
 struct DevChunk {
   int t0 = 0, t1 = 0;
-  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer
-  std::vector<int64_t> recv_by_block;  // rows per (source rank, local expert)
-  std::vector<int64_t> expert_off;     // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
-  std::vector<int64_t> table;          // row blocks {source-major row, expert-major row, rows} (kept for the copy)
-  int nblocks = 0;
-  int64_t max_block_rows = 0;
-  DeviceBuf<int> rows;                 // slot (t - t0) * K + k -> row of xp / yp
-  DeviceBuf<int64_t> blocks;           // `table` on the device
+  moe::ChunkLayout lay;
+  DeviceBuf<int> rows;       // slot (t - t0) * K + k -> row of xp / yp
+  DeviceBuf<int64_t> blocks;  // lay.blocks on the device
   DeviceBuf<float> xp, xr, xe, h1, act, ye_src, yp;
   int tokens() const { return t1 - t0; }
-  int64_t rows_in() const { return expert_off.back(); }
+  int64_t rows_in() const { return lay.expert_off.back(); }
 };
 
 struct DevRouting {
@@ -118,63 +114,32 @@ DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logi
     CUDA_CHECK(cudaMemcpyAsync(hc.data(), counts.data(), sizeof(int) * hc.size(), cudaMemcpyDeviceToHost, o.stream));
     CUDA_CHECK(cudaStreamSynchronize(o.stream));
   }
-  std::vector<size_t> send(size_t(P) * N * L), recv(send.size());
+  std::vector<int64_t> send(size_t(P) * N * L);
   for (int q = 0; q < P; ++q)
     for (int ch = 0; ch < N; ++ch)
-      for (int e = 0; e < L; ++e) send[(size_t(q) * N + ch) * L + e] = size_t(hc[size_t(ch) * E + q * L + e]);
-  if (saved_recv) std::copy(saved_recv, saved_recv + recv.size(), recv.begin());
-  else comm::exchange_counts(c.pg.ep, send.data(), recv.data(), size_t(N) * L);
-  rt.counts_recv.assign(recv.begin(), recv.end());
+      for (int e = 0; e < L; ++e) send[(size_t(q) * N + ch) * L + e] = hc[size_t(ch) * E + q * L + e];
+  if (saved_recv) {
+    rt.counts_recv.assign(saved_recv, saved_recv + send.size());
+  } else {
+    const std::vector<size_t> s(send.begin(), send.end());
+    std::vector<size_t> r(s.size());
+    comm::exchange_counts(c.pg.ep, s.data(), r.data(), size_t(N) * L);
+    rt.counts_recv.assign(r.begin(), r.end());
+  }
   rt.chunks.resize(size_t(N));
   for (int ch = 0; ch < N; ++ch) {
     DevChunk& b = rt.chunks[size_t(ch)];
     b.t0 = bounds[size_t(ch)];
     b.t1 = bounds[size_t(ch) + 1];
-    b.send_counts.assign(P, 0);
-    b.send_displs.assign(P, 0);
-    b.recv_counts.assign(P, 0);
-    b.recv_displs.assign(P, 0);
-    b.recv_by_block.assign(size_t(P) * L, 0);
-    size_t srows = 0, rrows = 0;
-    for (int q = 0; q < P; ++q) {  // experts are contiguous per rank: expert-major send order is rank-major
-      b.send_displs[q] = srows * H;
-      size_t n = 0;
-      for (int e = 0; e < L; ++e) n += send[(size_t(q) * N + ch) * L + e];
-      b.send_counts[q] = n * H;
-      srows += n;
-      b.recv_displs[q] = rrows * H;
-      size_t m = 0;
-      for (int e = 0; e < L; ++e) {
-        const size_t r = recv[(size_t(q) * N + ch) * L + e];
-        b.recv_by_block[size_t(q) * L + e] = int64_t(r);
-        m += r;
-      }
-      b.recv_counts[q] = m * H;
-      rrows += m;
-    }
-    if (srows != size_t(b.tokens()) * K)
-      throw std::logic_error("device MoE counts: chunk " + std::to_string(ch) + " sends " + std::to_string(srows) +
-                             " rows for " + std::to_string(b.tokens() * K) + " slots");
-    rt.rows_received += int64_t(rrows);
-    b.expert_off.assign(size_t(L) + 1, 0);
-    for (int e = 0; e < L; ++e) {
-      int64_t n = 0;
-      for (int q = 0; q < P; ++q) n += b.recv_by_block[size_t(q) * L + e];
-      b.expert_off[size_t(e) + 1] = b.expert_off[size_t(e)] + n;
-    }
-    for (int q = 0; q < P; ++q)
-      for (int e = 0; e < L; ++e) {
-        const int64_t n = b.recv_by_block[size_t(q) * L + e];
-        if (!n) continue;
-        b.table.push_back(moe::block_offset_src_major(b.recv_by_block.data(), P, L, q, e));
-        b.table.push_back(moe::block_offset_expert_major(b.recv_by_block.data(), P, L, q, e));
-        b.table.push_back(n);
-        b.max_block_rows = std::max(b.max_block_rows, n);
-        ++b.nblocks;
-      }
-    b.blocks = DeviceBuf<int64_t>(o.tr, Category::MoeBuffers, b.table.size());
-    if (!b.table.empty())
-      CUDA_CHECK(cudaMemcpyAsync(b.blocks.data(), b.table.data(), sizeof(int64_t) * b.table.size(),
+    b.lay = moe::chunk_layout(send, rt.counts_recv, P, c.pg.ep.rank, N, L, H, ch);
+    if (b.lay.rows_sent != int64_t(b.tokens()) * K)
+      throw std::logic_error("device MoE counts: chunk " + std::to_string(ch) + " sends " +
+                             std::to_string(b.lay.rows_sent) + " rows for " + std::to_string(b.tokens() * K) + " slots");
+    rt.rows_received += b.lay.rows_received;
+    // From pageable memory: staged before the call returns.
+    b.blocks = DeviceBuf<int64_t>(o.tr, Category::MoeBuffers, b.lay.blocks.size());
+    if (!b.lay.blocks.empty())
+      CUDA_CHECK(cudaMemcpyAsync(b.blocks.data(), b.lay.blocks.data(), sizeof(int64_t) * b.lay.blocks.size(),
                                  cudaMemcpyHostToDevice, o.stream));
     // Stable expert-major rows of the chunk's slots: moe_math.h's order, the host's send_layout.
     const int slots = b.tokens() * K;
@@ -194,17 +159,18 @@ DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logi
 // n x k when trans_w).
 void expert_gemms(DeviceOps& o, const DevChunk& b, const float* in, int64_t k, int64_t n, const float* w, float* out,
                   bool trans_w) {
-  for (size_t e = 0; e + 1 < b.expert_off.size(); ++e) {
-    const int64_t r0 = b.expert_off[e], m = b.expert_off[e + 1] - r0;
+  const std::vector<int64_t>& off = b.lay.expert_off;
+  for (size_t e = 0; e + 1 < off.size(); ++e) {
+    const int64_t r0 = off[e], m = off[e + 1] - r0;
     if (m) gemm32(o, false, trans_w, m, n, k, in + r0 * k, w + int64_t(e) * k * n, out + r0 * n, 0.0f);
   }
 }
 
 // Rows between the source-major (as received) and expert-major layouts of a chunk.
 void reorder(DeviceOps& o, const DevChunk& b, const float* in, float* out, int64_t H, bool to_expert_major) {
-  if (b.nblocks)
-    mg::launch_copy_blocks<float>(in, out, b.blocks.data(), b.nblocks, b.max_block_rows, int(H), to_expert_major,
-                                  o.stream);
+  if (b.lay.nblocks())
+    mg::launch_copy_blocks<float>(in, out, b.blocks.data(), b.lay.nblocks(), b.lay.max_block_rows, int(H),
+                                  to_expert_major, o.stream);
 }
 
 // A chunk member of every chunk, rounded to bf16 one after another: the host's concat16.
@@ -267,8 +233,8 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
     b.xp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));
     mg::launch_permute<float>(n2 + b.t0 * H, b.rows.data(), b.tokens(), int(K), int(H), b.xp.data(), stream);
     b.xr = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
-    comm::all_to_all_v(c.pg.ep, b.xp.data(), b.send_counts.data(), b.send_displs.data(), b.xr.data(),
-                       b.recv_counts.data(), b.recv_displs.data(), comm::DType::F32);
+    comm::all_to_all_v(c.pg.ep, b.xp.data(), b.lay.send_counts.data(), b.lay.send_displs.data(), b.xr.data(),
+                       b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
     b.xe = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
     reorder(*this, b, b.xr.data(), b.xe.data(), H, true);
     b.h1 = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
@@ -282,8 +248,8 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
       reorder(*this, b, ye.data(), b.ye_src.data(), H, false);
     }
     b.yp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));  // the combine: the dispatch's reverse route
-    comm::all_to_all_v(c.pg.ep, b.ye_src.data(), b.recv_counts.data(), b.recv_displs.data(), b.yp.data(),
-                       b.send_counts.data(), b.send_displs.data(), comm::DType::F32);
+    comm::all_to_all_v(c.pg.ep, b.ye_src.data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), b.yp.data(),
+                       b.lay.send_counts.data(), b.lay.send_displs.data(), comm::DType::F32);
     mg::launch_unpermute<float>(b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(), int(K), int(H),
                                 S ? sh.out.data() + b.t0 * H : nullptr,
                                 S && cfg.shared_gate ? sh.gate.data() + b.t0 : nullptr, y + b.t0 * H, stream);
@@ -347,8 +313,8 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
     mg::launch_unpermute_bwd<float>(dy + b.t0 * H, b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(),
                                     int(K), int(H), dyp.data(), dw.data() + b.t0 * K, stream);
     // Output gradients travel the dispatch route, input gradients the combine route.
-    comm::all_to_all_v(c.pg.ep, dyp.data(), b.send_counts.data(), b.send_displs.data(), dyr.data(),
-                       b.recv_counts.data(), b.recv_displs.data(), comm::DType::F32);
+    comm::all_to_all_v(c.pg.ep, dyp.data(), b.lay.send_counts.data(), b.lay.send_displs.data(), dyr.data(),
+                       b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
     dye[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
     reorder(*this, b, dyr.data(), dye[ch].data(), H, true);
     dh1[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
@@ -361,8 +327,8 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
       reorder(*this, b, dxe.data(), dx_src.data(), H, false);
     }
     DeviceBuf<float> dxp(tr, Category::MoeBuffers, size_t(slots * H));
-    comm::all_to_all_v(c.pg.ep, dx_src.data(), b.recv_counts.data(), b.recv_displs.data(), dxp.data(),
-                       b.send_counts.data(), b.send_displs.data(), comm::DType::F32);
+    comm::all_to_all_v(c.pg.ep, dx_src.data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), dxp.data(),
+                       b.lay.send_counts.data(), b.lay.send_displs.data(), comm::DType::F32);
     // The permutation's backward: each token's K slot gradients summed in k order (weights 1).
     mg::launch_unpermute<float>(dxp.data(), b.rows.data(), nullptr, b.tokens(), int(K), int(H), nullptr, nullptr,
                                 dx_routed.data() + b.t0 * H, stream);
@@ -384,8 +350,9 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
   // The experts' weight gradients after every chunk's dgrad (the host's delayed wgrad), chunk by chunk per expert.
   for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
     const DevChunk& b = rt.chunks[ch];
-    for (int64_t e = 0; e + 1 < int64_t(b.expert_off.size()); ++e) {
-      const int64_t r0 = b.expert_off[size_t(e)], m = b.expert_off[size_t(e) + 1] - r0;
+    const std::vector<int64_t>& off = b.lay.expert_off;
+    for (int64_t e = 0; e + 1 < int64_t(off.size()); ++e) {
+      const int64_t r0 = off[size_t(e)], m = off[size_t(e) + 1] - r0;
       if (!m) continue;
       gemm32(*this, true, false, F, H, m, b.act.data() + r0 * F, dye[ch].data() + r0 * H,
              g.expert + u.off.w2 + e * F * H, 1.0f);

@@ -373,61 +373,32 @@ class Layer final : public MoeLayerGpu::Impl {
       for (int ch = 0; ch < N; ++ch)
         for (int e = 0; e < L; ++e) send[(size_t(q) * N + ch) * L + e] = size_t(hc[ch * E + q * L + e]);
     comm::exchange_counts(ep_, send.data(), recv.data(), size_t(N) * L);
+    const std::vector<int64_t> send64(send.begin(), send.end()), recv64(recv.begin(), recv.end());
     traffic_ = GpuTraffic{};
     int64_t recv_remote = 0;
     for (int ch = 0; ch < N; ++ch) {
       ChunkState& b = ck_[ch];
-      b.send_counts.assign(P, 0);
-      b.send_displs.assign(P, 0);
-      b.recv_counts.assign(P, 0);
-      b.recv_displs.assign(P, 0);
-      b.recv_by_block.assign(size_t(P) * L, 0);
-      size_t srows = 0, rrows = 0;
-      for (int q = 0; q < P; ++q) {  // experts are contiguous per rank: expert-major send order is rank-major
-        b.send_displs[q] = srows * H;
-        size_t n = 0;
-        for (int e = 0; e < L; ++e) n += send[(size_t(q) * N + ch) * L + e];
-        b.send_counts[q] = n * H;
-        srows += n;
-        if (q != ep_.rank) traffic_.rows_sent_remote += int64_t(n);
-        b.recv_displs[q] = rrows * H;
-        size_t m = 0;
-        for (int e = 0; e < L; ++e) {
-          const size_t r = recv[(size_t(q) * N + ch) * L + e];
-          b.recv_by_block[size_t(q) * L + e] = int64_t(r);
-          m += r;
-        }
-        b.recv_counts[q] = m * H;
-        rrows += m;
-        if (q != ep_.rank) recv_remote += int64_t(m);
-      }
-      if (srows != size_t(b.tokens()) * K)
-        throw std::logic_error("MoE counts: chunk " + std::to_string(ch) + " sends " + std::to_string(srows) +
+      const ChunkLayout lay = chunk_layout(send64, recv64, P, ep_.rank, N, L, H, ch);
+      if (lay.rows_sent != int64_t(b.tokens()) * K)
+        throw std::logic_error("MoE counts: chunk " + std::to_string(ch) + " sends " + std::to_string(lay.rows_sent) +
                                " rows for " + std::to_string(b.tokens() * K) + " slots");
-      traffic_.rows_sent += int64_t(srows);
-      traffic_.rows_received += int64_t(rrows);
-      b.expert_off.assign(L + 1, 0);
-      for (int e = 0; e < L; ++e) {
-        int64_t n = 0;
-        for (int q = 0; q < P; ++q) n += b.recv_by_block[size_t(q) * L + e];
-        b.expert_off[e + 1] = b.expert_off[e] + n;
-      }
-      // Row-block table for the source-major <-> expert-major reorder (moe_math.h offsets, as on the CPU).
-      b.blocks_host.ensure(sizeof(int64_t) * 3 * std::max(1, P * L));
-      int64_t* tab = b.blocks_host.as<int64_t>();
-      b.nblocks = 0;
-      b.max_block_rows = 0;
-      for (int q = 0; q < P; ++q)
-        for (int e = 0; e < L; ++e) {
-          const int64_t n = b.recv_by_block[size_t(q) * L + e];
-          if (!n) continue;
-          tab[3 * b.nblocks] = block_offset_src_major(b.recv_by_block.data(), P, L, q, e);
-          tab[3 * b.nblocks + 1] = block_offset_expert_major(b.recv_by_block.data(), P, L, q, e);
-          tab[3 * b.nblocks + 2] = n;
-          b.max_block_rows = std::max(b.max_block_rows, n);
-          ++b.nblocks;
-        }
-      const size_t rows = rrows;
+      b.send_counts = lay.send_counts;
+      b.send_displs = lay.send_displs;
+      b.recv_counts = lay.recv_counts;
+      b.recv_displs = lay.recv_displs;
+      b.recv_by_block = lay.recv_by_block;
+      b.expert_off = lay.expert_off;
+      traffic_.rows_sent += lay.rows_sent;
+      traffic_.rows_sent_remote += lay.rows_sent_remote;
+      traffic_.rows_received += lay.rows_received;
+      recv_remote += lay.rows_received_remote;
+      // Row-block table for the source-major <-> expert-major reorder, in pinned memory for the async copy.
+      b.blocks_host.ensure(sizeof(int64_t) * std::max<size_t>(3, lay.blocks.size()));
+      std::copy(lay.blocks.begin(), lay.blocks.end(), b.blocks_host.as<int64_t>());
+      const int64_t* tab = b.blocks_host.as<int64_t>();
+      b.nblocks = lay.nblocks();
+      b.max_block_rows = lay.max_block_rows;
+      const size_t rows = size_t(lay.rows_received);
       b.blocks.ensure(sizeof(int64_t) * 3 * std::max(1, b.nblocks));
       b.xr.ensure(sizeof(T) * rows * H);
       b.xe.ensure(sizeof(T) * rows * H);

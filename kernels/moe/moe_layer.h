@@ -132,6 +132,21 @@ void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& 
                   const ChunkSchedule& s, MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads,
                   const ExecOptions& o = {}, std::vector<StepTime>* times = nullptr);
 
+// The all-to-all layout of chunk `ch` from the counts this rank sends and receives per (peer, chunk, local expert)
+// ([peer][chunk][local expert], as exchanged), for rows `hidden` elements wide: the GPU layers' host-side bookkeeping
+// (kernels/moe/moe_cuda.cpp, executor/moe_cuda.cpp), held by the tests to the CPU layer's ChunkBuffers. Pure.
+struct ChunkLayout {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer (send is rank-major:
+                                                                          // experts are contiguous per rank)
+  std::vector<int64_t> recv_by_block;  // rows per (source rank, local expert), source-major
+  std::vector<int64_t> expert_off;     // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
+  std::vector<int64_t> blocks;         // non-empty blocks: {source-major first row, expert-major first row, rows}
+  int64_t max_block_rows = 0, rows_sent = 0, rows_received = 0, rows_sent_remote = 0, rows_received_remote = 0;
+  int nblocks() const { return int(blocks.size() / 3); }
+};
+ChunkLayout chunk_layout(const std::vector<int64_t>& counts_send, const std::vector<int64_t>& counts_recv, int ep_size,
+                         int ep_rank, int chunks, int local_experts, int hidden, int ch);
+
 // Rebuilds every chunk's routing fields (token range, row_of_slot, per-expert and per-peer send and receive counts
 // and displacements, etp_by_block) and counts_send from saved.tokens, saved.idx, saved.counts_recv and (ETP)
 // saved.counts_recv_etp, exactly as the forward's steps set them: a caller that dropped the layer's state between

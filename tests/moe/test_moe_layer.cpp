@@ -3,6 +3,8 @@
 // overlapping, and bad input failing on every rank.
 #include <mpi.h>
 
+#include <array>
+
 #include "tests/comm/mpi_env.h"
 #include "kernels/moe/moe_reference.h"
 #include "tests/moe/layer_util.h"
@@ -312,6 +314,56 @@ TEST(MoeLayer, ExpertTensorParallelEqualsDoubleReference) {
     }
   comm::free_comm(ep);
   comm::free_comm(etp);
+}
+
+// The GPU layers' per-chunk bookkeeping (chunk_layout: kernels/moe/moe_cuda.cpp, executor/moe_cuda.cpp) against the
+// CPU layer's own after a real forward on every rank (uneven tokens, starved experts, 3 chunks): the same all-to-all
+// counts and displacements, and a block table that moves rows received source-major into expert-major order (each
+// expert's rows by source, in arrival order), checked row by row on labels.
+TEST(MoeLayer, ChunkLayoutIsTheCpuLayersLayout) {
+  World W;
+  const MoeConfig c = small_config(Router::SigmoidGroupLimited);
+  const MoeWeights w = starving_weights(c, W.c.rank, W.c.size);
+  const int T = 6 + 5 * W.c.rank, P = W.c.size, L = w.local_experts, N = 3, H = c.hidden;
+  const std::vector<float> x = inputs(T, H, W.c.rank);
+  std::vector<float> out(x.size());
+  MoeSaved sv;
+  moe_forward(W.c, c, w, make_chunk_schedule(N), x.data(), T, out.data(), sv);
+  int64_t empty_blocks = 0;
+  for (int ch = 0; ch < N; ++ch) {
+    const ChunkBuffers& b = sv.chunks[size_t(ch)];
+    const ChunkLayout lay = chunk_layout(sv.counts_send, sv.counts_recv, P, W.c.rank, N, L, H, ch);
+    const std::string what = "chunk " + std::to_string(ch);
+    EXPECT_EQ(lay.send_counts, b.send_counts) << what;
+    EXPECT_EQ(lay.send_displs, b.send_displs) << what;
+    EXPECT_EQ(lay.recv_counts, b.recv_counts) << what;
+    EXPECT_EQ(lay.recv_displs, b.recv_displs) << what;
+    EXPECT_EQ(lay.recv_by_block, b.recv_by_block) << what;
+    EXPECT_EQ(lay.rows_sent, int64_t(b.t1 - b.t0) * c.top_k) << what;
+    EXPECT_EQ(lay.rows_received * H, int64_t(b.xr.size())) << what;
+    // Label each received row (source, expert, index within its block), move it by the table, expect the order.
+    std::vector<std::array<int64_t, 3>> src, moved(size_t(lay.rows_received), {-1, -1, -1}), want;
+    for (int q = 0; q < P; ++q)
+      for (int e = 0; e < L; ++e) {
+        empty_blocks += lay.recv_by_block[size_t(q) * L + e] == 0;
+        for (int64_t i = 0; i < lay.recv_by_block[size_t(q) * L + e]; ++i) src.push_back({q, e, i});
+      }
+    for (int e = 0; e < L; ++e) {
+      EXPECT_EQ(lay.expert_off[size_t(e)], int64_t(want.size())) << what << " expert " << e;
+      for (int q = 0; q < P; ++q)
+        for (int64_t i = 0; i < lay.recv_by_block[size_t(q) * L + e]; ++i) want.push_back({q, e, i});
+    }
+    for (int k = 0; k < lay.nblocks(); ++k) {
+      EXPECT_LE(lay.blocks[size_t(3 * k + 2)], lay.max_block_rows) << what;
+      for (int64_t r = 0; r < lay.blocks[size_t(3 * k + 2)]; ++r)
+        moved[size_t(lay.blocks[size_t(3 * k + 1)] + r)] = src[size_t(lay.blocks[size_t(3 * k)] + r)];
+    }
+    EXPECT_EQ(moved, want) << what;
+  }
+  // The starved experts leave whole blocks empty somewhere: the table skips them.
+  comm::all_reduce(W.c, &empty_blocks, 1, comm::DType::I64, comm::ReduceOp::Sum);
+  EXPECT_GT(empty_blocks, 0);
+  EXPECT_THROW(chunk_layout(sv.counts_send, sv.counts_recv, P, W.c.rank, N, L, H, N), std::invalid_argument);
 }
 
 TEST(MoeLayer, GradientsMatchFiniteDifferences) {
