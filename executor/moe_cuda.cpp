@@ -9,7 +9,9 @@
 // another chunk's expert GEMMs yet (kernels/moe/moe_cuda.h's standalone layer does that on streams of its own). The
 // host waits for the stream once per pass, for the router's counts, which size the all-to-alls; it never synchronises
 // the device, so a pipeline send in flight on another stream cannot stall it (executor/README.md "GPU backend").
-// Expert tensor parallelism and the TP-sharded shared expert are host-only (device_support_error refuses them).
+// Under TP the shared expert is Megatron's SharedExpertMLP with sequence parallelism (fc1 column-parallel on the
+// gathered tokens, fc2 row-parallel reduce-scattered back, fp32 sums as on the host); the routed experts see this rank's
+// rows. Expert tensor parallelism is host-only (device_support_error refuses it).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -43,7 +45,7 @@ struct DevMoeWeights {
 DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, const UnitView& w) {
   const moe::MoeConfig& cfg = c.d.moe;
   const size_t H = size_t(cfg.hidden), E = size_t(cfg.experts), F = size_t(cfg.expert_ffn / c.d.etp),
-               S = size_t(cfg.shared_ffn), L = E / size_t(c.pg.ep.size);
+               S = size_t(c.d.shared_local), L = E / size_t(c.pg.ep.size);
   DevMoeWeights r;
   r.router = o.widen(w.dense + u.off.router, H * E);
   // Zeros without a selection bias, as the host's vector: one code path for both routers.
@@ -54,7 +56,7 @@ DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, con
     r.sw1 = o.widen(w.dense + u.off.shared_w1, H * 2 * S);
     r.sw2 = o.widen(w.dense + u.off.shared_w2, S * H);
   }
-  if (cfg.shared_gate) r.gate = o.widen(w.dense + u.off.shared_gate, H);
+  if (S && c.d.shared_gate) r.gate = o.widen(w.dense + u.off.shared_gate, H);
   return r;
 }
 
@@ -81,8 +83,8 @@ struct DevRouting {
 
 // The host layer's collective argument check, with the shard shape of this rank's unit.
 void check_args(const Ctx& c, int64_t rows) {
-  if (c.pg.etp.size > 1 || c.tp > 1)
-    throw std::logic_error("DeviceOps MoE: ETP and TP run on the host only (device_support_error refuses them)");
+  if (c.pg.etp.size > 1)
+    throw std::logic_error("DeviceOps MoE: ETP runs on the host only (device_support_error refuses it)");
   moe::MoeWeights shape;
   shape.local_experts = c.d.moe.experts / c.pg.ep.size;
   shape.first_expert = c.pg.ep.rank * shape.local_experts;
@@ -195,17 +197,63 @@ DeviceBuf<float> take(DeviceOps& o, const DeviceBuf<bf16>& src, size_t& at, size
   return b;
 }
 
-// The shared expert's forward on this rank's tokens (the kernel's SharedFwd): fc1, SwiGLU, fc2 and the gate.
+// The shared expert: fc1 and SwiGLU on every local token (all-gathered over TP), then out = fc2 back on this rank's
+// rows (reduce-scattered over TP) and the gate sigmoid(x . g) on them (the kernel's SharedFwd; under TP, Megatron's
+// SharedExpertMLP as layers.cpp shared_fwd_tp runs it).
 struct DevShared {
   DeviceBuf<float> h1, act, out, gate;
 };
-void shared_out(DeviceOps& o, const Ctx& c, const DevMoeWeights& W, const float* x, DevShared& s) {
-  const int64_t R = c.rows, H = c.d.moe.hidden, S = c.d.moe.shared_ffn;
+void shared_out(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* x, DevShared& s) {
+  const int64_t T = c.tokens, R = c.rows, H = c.d.moe.hidden, S = c.d.shared_local;
   s.out = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R * H));
-  gemm32(o, false, false, R, H, S, s.act.data(), W.sw2.data(), s.out.data(), 0.0f);
-  if (c.d.moe.shared_gate) {
+  if (c.tp == 1) {
+    gemm32(o, false, false, R, H, S, s.act.data(), W.sw2.data(), s.out.data(), 0.0f);
+  } else {
+    DeviceBuf<float> partial = o.ws(size_t(T * H));
+    gemm32(o, false, false, T, H, S, s.act.data(), W.sw2.data(), partial.data(), 0.0f);
+    comm::reduce_scatter(c.pg.tp, partial.data(), s.out.data(), size_t(R * H), comm::DType::F32, comm::ReduceOp::Sum);
+  }
+  if (c.d.shared_gate) {
     s.gate = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R));
     mg::launch_shared_gate(x, W.gate.data(), int(R), int(H), s.gate.data(), o.stream);
+  }
+}
+void shared_fwd(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* x, DevShared& s) {
+  const int64_t T = c.tokens, H = c.d.moe.hidden, S = c.d.shared_local;
+  s.h1 = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(T * 2 * S));
+  s.act = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(T * S));
+  gemm32(o, false, false, T, 2 * S, H, impl::sp_gather(o, c, x, H).p, W.sw1.data(), s.h1.data(), 0.0f);
+  mg::launch_swiglu<float>(s.h1.data(), T, int(S), s.act.data(), o.stream);
+  shared_out(o, c, W, x, s);
+}
+
+// Its backward (the kernel's SharedBwd; under TP layers.cpp shared_bwd_tp): the gate's and both GEMMs' weight
+// gradients accumulated into the unit's, the input gradient written to dx (this rank's rows).
+void shared_bwd(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitGrad& g, const DevMoeWeights& W,
+                const DevShared& s, const float* x, const float* dy, float* dx) {
+  const int64_t T = c.tokens, R = c.rows, H = c.d.moe.hidden, S = c.d.shared_local;
+  DeviceBuf<float> dso = o.ws(size_t(R * H)), dz = o.ws(size_t(R));
+  mg::launch_shared_gate_bwd<float>(dy, s.out.data(), c.d.shared_gate ? s.gate.data() : nullptr, int(R), int(H),
+                                    dso.data(), dz.data(), o.stream);
+  DeviceBuf<float> dsh1 = o.ws(size_t(T * 2 * S));
+  {
+    const impl::Rows<DeviceOps> dso_all = impl::sp_gather(o, c, dso.data(), H);
+    gemm32(o, true, false, S, H, T, s.act.data(), dso_all.p, impl::gd(g, u.off.shared_w2), 1.0f);
+    DeviceBuf<float> dsact = o.ws(size_t(T * S));
+    gemm32(o, false, true, T, S, H, dso_all.p, W.sw2.data(), dsact.data(), 0.0f);
+    mg::launch_swiglu_bwd<float>(s.h1.data(), dsact.data(), T, int(S), dsh1.data(), o.stream);
+  }
+  gemm32(o, true, false, H, 2 * S, T, impl::sp_gather(o, c, x, H).p, dsh1.data(), impl::gd(g, u.off.shared_w1), 1.0f);
+  if (c.tp == 1) {
+    gemm32(o, false, true, R, H, 2 * S, dsh1.data(), W.sw1.data(), dx, 0.0f);
+  } else {
+    DeviceBuf<float> partial = o.ws(size_t(T * H));
+    gemm32(o, false, true, T, H, 2 * S, dsh1.data(), W.sw1.data(), partial.data(), 0.0f);
+    comm::reduce_scatter(c.pg.tp, partial.data(), dx, size_t(R * H), comm::DType::F32, comm::ReduceOp::Sum);
+  }
+  if (c.d.shared_gate) {  // the gate's rank-1 products: x^T dz into its gradient, dz g^T into the input gradient
+    gemm32(o, true, false, H, 1, R, x, dz.data(), impl::gd(g, u.off.shared_gate), 1.0f);
+    gemm32(o, false, false, R, H, 1, dz.data(), W.gate.data(), dx, 1.0f);
   }
 }
 
@@ -214,20 +262,14 @@ void shared_out(DeviceOps& o, const Ctx& c, const DevMoeWeights& W, const float*
 void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep,
                         DeviceLayerSaved& sv, float* y) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = c.d.shared_local;
   check_args(c, R);
   const DevMoeWeights W = widen_weights(*this, c, u, w);
   DeviceBuf<float> logits(tr, Category::MoeBuffers, size_t(R * E));
   gemm32(*this, false, false, R, E, H, n2, W.router.data(), logits.data(), 0.0f);
   DevRouting rt = route(*this, c, W, logits.data(), nullptr);
   DevShared sh;
-  if (S) {
-    sh.h1 = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(R * 2 * S));
-    sh.act = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(R * S));
-    gemm32(*this, false, false, R, 2 * S, H, n2, W.sw1.data(), sh.h1.data(), 0.0f);
-    mg::launch_swiglu<float>(sh.h1.data(), R, int(S), sh.act.data(), stream);
-    shared_out(*this, c, W, n2, sh);
-  }
+  if (S) shared_fwd(*this, c, W, n2, sh);
   for (DevChunk& b : rt.chunks) {
     const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
     b.xp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));
@@ -252,7 +294,7 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
                        b.lay.send_counts.data(), b.lay.send_displs.data(), comm::DType::F32);
     mg::launch_unpermute<float>(b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(), int(K), int(H),
                                 S ? sh.out.data() + b.t0 * H : nullptr,
-                                S && cfg.shared_gate ? sh.gate.data() + b.t0 : nullptr, y + b.t0 * H, stream);
+                                S && c.d.shared_gate ? sh.gate.data() + b.t0 : nullptr, y + b.t0 * H, stream);
   }
   round(y, size_t(R * H));
   if (keep == Keep::InputOnly) return;
@@ -278,7 +320,7 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
 void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
                         const float* n2, const float* dy, float* dn2) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = cfg.shared_ffn;
+  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = c.d.shared_local;
   check_args(c, R);
   const DevMoeWeights W = widen_weights(*this, c, u, w);
   // The forward's routing, rebuilt from its saved logits and receive counts (the host's restore_routing).
@@ -333,20 +375,7 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
     mg::launch_unpermute<float>(dxp.data(), b.rows.data(), nullptr, b.tokens(), int(K), int(H), nullptr, nullptr,
                                 dx_routed.data() + b.t0 * H, stream);
   }
-  if (S) {  // the kernel's SharedBwd, weight gradients accumulated into the unit's
-    DeviceBuf<float> dso = ws(size_t(R * H)), dz = ws(size_t(R)), dsact = ws(size_t(R * S)), dsh1 = ws(size_t(R * 2 * S));
-    mg::launch_shared_gate_bwd<float>(dy, sh.out.data(), cfg.shared_gate ? sh.gate.data() : nullptr, int(R), int(H),
-                                      dso.data(), dz.data(), stream);
-    gemm32(*this, true, false, S, H, R, sh.act.data(), dso.data(), impl::gd(g, u.off.shared_w2), 1.0f);
-    gemm32(*this, false, true, R, S, H, dso.data(), W.sw2.data(), dsact.data(), 0.0f);
-    mg::launch_swiglu_bwd<float>(sh.h1.data(), dsact.data(), R, int(S), dsh1.data(), stream);
-    gemm32(*this, true, false, H, 2 * S, R, n2, dsh1.data(), impl::gd(g, u.off.shared_w1), 1.0f);
-    gemm32(*this, false, true, R, H, 2 * S, dsh1.data(), W.sw1.data(), dx_shared.data(), 0.0f);
-    if (cfg.shared_gate) {  // the gate's rank-1 products: x^T dz into its gradient, dz g^T into the input gradient
-      gemm32(*this, true, false, H, 1, R, n2, dz.data(), impl::gd(g, u.off.shared_gate), 1.0f);
-      gemm32(*this, false, false, R, H, 1, dz.data(), W.gate.data(), dx_shared.data(), 1.0f);
-    }
-  }
+  if (S) shared_bwd(*this, c, u, g, W, sh, n2, dy, dx_shared.data());
   // The experts' weight gradients after every chunk's dgrad (the host's delayed wgrad), chunk by chunk per expert.
   for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
     const DevChunk& b = rt.chunks[ch];

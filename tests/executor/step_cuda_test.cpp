@@ -10,7 +10,7 @@
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
 // a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
 // moe_* run Qwen3.5-35B-A3B itself, scaled (a gated DeltaNet and a gated-attention layer, both MoE): routing, EP
-// chunks, the all-to-alls over NCCL against MPI, the gated shared expert (executor/moe_cuda.cpp).
+// chunks, the all-to-alls over NCCL against MPI, the gated shared expert, TP-sharded in moe_tp2 (executor/moe_cuda.cpp).
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
@@ -68,6 +68,9 @@ const StepCase kCases[] = {
     {"moe_ep2_full_recompute", {.gpus = 2, .ep = 2, .seq = 8192, .recompute = Recompute::Full}, 1, false, kQwen},
     {"moe_cp2_ep2", {.gpus = 2, .cp = 2, .ep = 2, .seq = 8192}, 1, false, kQwen},
     {"moe_pp2", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 8192}, 1, false, kQwen},
+    // The shared expert as Megatron's SharedExpertMLP (column/row-parallel over TP), the routed experts on each rank's
+    // sequence-parallel rows.
+    {"moe_tp2_selective", {.gpus = 2, .tp = 2, .seq = 8192, .recompute = Recompute::Selective}, 1, false, kQwen},
 };
 
 ScaledCase scaled(const StepCase& k) {
