@@ -1,6 +1,5 @@
 #include "executor/executor_cuda.h"
 
-#include <algorithm>
 #include <string>
 
 #include "executor/device_memory_check.h"
@@ -12,17 +11,8 @@
 
 namespace lcplan::exec::cuda {
 
-// Every layout and loss of the step runs on the device except what the layers lack, and MoE layers under expert tensor
-// parallelism (the ETP gathers and reduce-scatters are host-only, moe_cuda.cpp).
-std::string device_support_error(const ModelSpec& m, const Plan& p) {
-  const std::string layers = device_layer_support_error(m.layers);
-  if (!layers.empty()) return layers;
-  const bool moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn != FfnKind::Dense; });
-  if (moe && p.parallel.etp > 1)
-    return "the GPU backend runs MoE layers with etp = 1 (this plan has etp = " + std::to_string(p.parallel.etp) +
-           "); run it on --backend cpu or with etp = 1";
-  return "";
-}
+// Every layout and loss of the step runs on the device: what the layers lack decides.
+std::string device_support_error(const ModelSpec& m, const Plan&) { return device_layer_support_error(m.layers); }
 
 namespace {
 

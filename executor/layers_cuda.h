@@ -5,9 +5,9 @@
 //
 // Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows, load-balanced context
 // parallelism), gated DeltaNet (with its CP state passing), dense SwiGLU MLPs, the expert-parallel MoE FFN with its
-// chunked all-to-alls (moe_cuda.cpp; ETP 1), the embedding and the linear-CE loss, with TP + sequence
-// parallelism (fp32 partial sums reduce-scattered, where the host reduces fp64) and every recompute mode. Refused with
-// one sentence (device_layer_support_error, executor_cuda.h device_support_error): MLA, MoE under ETP. The
+// chunked all-to-alls and expert tensor parallelism (moe_cuda.cpp), the embedding and the linear-CE loss, with TP +
+// sequence parallelism (fp32 partial sums reduce-scattered, where the host reduces fp64) and every recompute mode.
+// Refused with one sentence (device_layer_support_error): MLA. The
 // materialized-logits loss is the linear-CE kernel with one tile of every local token by the whole vocabulary shard:
 // the fp32 logits held at once, as Megatron's vocab-parallel cross-entropy holds them.
 #pragma once
@@ -102,7 +102,7 @@ struct DeviceOps {
               const float* beta, const float* state_in, const float* d_o, const float* d_state_out, float* dq,
               float* dk, float* dv, float* dg, float* dbeta, float* d_state_in, const linear_attention::Options& opt);
 
-  // The MoE FFN (moe_cuda.cpp): the host layer's steps on the device, EP all-to-alls over NCCL, ETP 1.
+  // The MoE FFN (moe_cuda.cpp): the host layer's steps on the device, EP and ETP collectives over NCCL.
   void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, DeviceLayerSaved& sv,
                float* y);
   void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,

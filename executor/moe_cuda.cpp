@@ -11,7 +11,8 @@
 // the device, so a pipeline send in flight on another stream cannot stall it (executor/README.md "GPU backend").
 // Under TP the shared expert is Megatron's SharedExpertMLP with sequence parallelism (fc1 column-parallel on the
 // gathered tokens, fc2 row-parallel reduce-scattered back, fp32 sums as on the host); the routed experts see this rank's
-// rows. Expert tensor parallelism is host-only (device_support_error refuses it).
+// rows. Under ETP each chunk's received rows are all-gathered over the ETP group, every ETP rank runs its FFN columns
+// on all of them, and the partial outputs are reduce-scattered back, summed in ETP-rank order (moe_layer.h).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -61,44 +62,80 @@ DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, con
 }
 
 // One chunk of the EP schedule: its tokens, its all-to-all layout (moe_layer.h chunk_layout: where its slots go and
-// what this rank's experts receive, source-major as received, expert-major as the GEMMs want) and its state buffers,
-// as moe_cpu.cpp's ChunkBuffers.
+// what this rank's experts receive), the rows the expert GEMMs run on (`by_block` per (ETP rank, source, local
+// expert): every ETP rank's received rows under ETP, else this rank's) with their block table (source-major as
+// gathered, expert-major as the GEMMs want), and its state buffers, as moe_cpu.cpp's ChunkBuffers.
 struct DevChunk {
   int t0 = 0, t1 = 0;
   moe::ChunkLayout lay;
-  DeviceBuf<int> rows;       // slot (t - t0) * K + k -> row of xp / yp
-  DeviceBuf<int64_t> blocks;  // lay.blocks on the device
+  std::vector<int64_t> by_block, peer_rows;  // peer_rows: rows each ETP rank received (ETP only)
+  moe::BlockTable gemm;                      // block_table(by_block, ETP x EP sources)
+  DeviceBuf<int> rows;                       // slot (t - t0) * K + k -> row of xp / yp
+  DeviceBuf<int64_t> blocks;                 // gemm.blocks on the device
   DeviceBuf<float> xp, xr, xe, h1, act, ye_src, yp;
   int tokens() const { return t1 - t0; }
-  int64_t rows_in() const { return lay.expert_off.back(); }
+  int64_t rows_in() const { return gemm.rows(); }  // rows of the expert GEMMs
 };
 
 struct DevRouting {
   DeviceBuf<float> scores, w;
   DeviceBuf<int> idx;
-  std::vector<int64_t> counts_recv;  // [source rank][chunk][local expert]: the saved moe_meta
+  std::vector<int64_t> meta;  // counts_recv [source][chunk][local expert], then under ETP every ETP rank's: moe_meta
   std::vector<DevChunk> chunks;
-  int64_t rows_received = 0;
+  int64_t rows_received = 0;  // rows of this rank's expert GEMMs (under ETP, every ETP rank's received rows)
 };
 
 // The host layer's collective argument check, with the shard shape of this rank's unit.
 void check_args(const Ctx& c, int64_t rows) {
-  if (c.pg.etp.size > 1)
-    throw std::logic_error("DeviceOps MoE: ETP runs on the host only (device_support_error refuses it)");
   moe::MoeWeights shape;
   shape.local_experts = c.d.moe.experts / c.pg.ep.size;
   shape.first_expert = c.pg.ep.rank * shape.local_experts;
-  shape.ffn_local = c.d.moe.expert_ffn;
-  moe::check_moe_args(c.pg.ep, c.d.moe, shape, int(rows), c.sched);
+  shape.ffn_local = c.d.moe.expert_ffn / c.pg.etp.size;
+  moe::check_moe_args(c.pg.ep, c.pg.etp, c.d.moe, shape, int(rows), c.sched);
+}
+
+// ETP (Megatron gather_from_sequence_parallel_region over the expert-TP group, uneven sizes): this rank's `mine` rows
+// to every ETP rank, every ETP rank's rows into `all`, in ETP-rank order.
+void etp_gather(const Ctx& c, const DevChunk& b, const float* mine, float* all, int64_t H) {
+  const int Q = c.pg.etp.size;
+  const size_t nq = size_t(Q);
+  std::vector<size_t> sc(nq, size_t(b.lay.rows_received * H)), sd(nq, 0), rc(nq), rd(nq);
+  size_t at = 0;
+  for (int q = 0; q < Q; ++q) {
+    rc[size_t(q)] = size_t(b.peer_rows[size_t(q)] * H);
+    rd[size_t(q)] = at;
+    at += rc[size_t(q)];
+  }
+  comm::all_to_all_v(c.pg.etp, mine, sc.data(), sd.data(), all, rc.data(), rd.data(), comm::DType::F32);
+}
+
+// ETP reduce-scatter of partial rows (ETP-rank-major, as gathered): this rank's rows summed over the ETP ranks in rank
+// order, as the host's etp_reduce_scatter, so every rank adds the same partials in the same order.
+void etp_reduce_scatter(DeviceOps& o, const Ctx& c, const DevChunk& b, const float* partial, float* mine, int64_t H) {
+  const int Q = c.pg.etp.size;
+  const size_t n = size_t(b.lay.rows_received * H), nq = size_t(Q);
+  std::vector<size_t> sc(nq), sd(nq), rc(nq, n), rd(nq);
+  size_t at = 0;
+  for (int q = 0; q < Q; ++q) {
+    sc[size_t(q)] = size_t(b.peer_rows[size_t(q)] * H);
+    sd[size_t(q)] = at;
+    at += sc[size_t(q)];
+    rd[size_t(q)] = size_t(q) * n;
+  }
+  DeviceBuf<float> got = o.ws(size_t(Q) * n);
+  comm::all_to_all_v(c.pg.etp, partial, sc.data(), sd.data(), got.data(), rc.data(), rd.data(), comm::DType::F32);
+  o.copy(got.data(), n, mine);
+  for (int q = 1; q < Q; ++q) o.accumulate(got.data() + size_t(q) * n, mine, n);
 }
 
 // Routes this rank's tokens from router logits (top-k experts, weights, scores), then lays out every chunk: the
-// expert-major rows of its slots, and from the receive counts (exchanged over EP, or `saved_recv` from the forward)
-// the all-to-all counts and the row-block table. The host waits here for the router's counts.
-DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logits, const int64_t* saved_recv) {
+// expert-major rows of its slots, and from the receive counts (exchanged over EP and all-gathered over ETP, or the
+// forward's `saved_meta`) the all-to-all counts and the GEMMs' row-block table. The host waits here for the router's
+// counts.
+DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logits, const int64_t* saved_meta) {
   const moe::MoeConfig& cfg = c.d.moe;
   const int R = int(c.rows), H = cfg.hidden, E = cfg.experts, K = cfg.top_k, P = c.pg.ep.size, L = E / P,
-            N = c.sched.chunks;
+            N = c.sched.chunks, Q = c.pg.etp.size;
   DevRouting rt;
   rt.scores = DeviceBuf<float>(o.tr, Category::MoeBuffers, size_t(R) * E);
   rt.idx = DeviceBuf<int>(o.tr, Category::MoeBuffers, size_t(R) * K);
@@ -120,28 +157,45 @@ DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logi
   for (int q = 0; q < P; ++q)
     for (int ch = 0; ch < N; ++ch)
       for (int e = 0; e < L; ++e) send[(size_t(q) * N + ch) * L + e] = hc[size_t(ch) * E + q * L + e];
-  if (saved_recv) {
-    rt.counts_recv.assign(saved_recv, saved_recv + send.size());
+  const size_t own = send.size();
+  if (saved_meta) {
+    rt.meta.assign(saved_meta, saved_meta + own * (Q > 1 ? 1 + size_t(Q) : 1));
   } else {
     const std::vector<size_t> s(send.begin(), send.end());
-    std::vector<size_t> r(s.size());
+    std::vector<size_t> r(own);
     comm::exchange_counts(c.pg.ep, s.data(), r.data(), size_t(N) * L);
-    rt.counts_recv.assign(r.begin(), r.end());
+    rt.meta.assign(r.begin(), r.end());
+    if (Q > 1) {  // every ETP rank's receive counts: an all-to-all of Q copies of this rank's is their all-gather
+      std::vector<size_t> copies(own * size_t(Q)), all(copies.size());
+      for (int q = 0; q < Q; ++q) std::copy(r.begin(), r.end(), copies.begin() + ptrdiff_t(own * size_t(q)));
+      comm::exchange_counts(c.pg.etp, copies.data(), all.data(), own);
+      rt.meta.insert(rt.meta.end(), all.begin(), all.end());
+    }
   }
+  const std::vector<int64_t> counts_recv(rt.meta.begin(), rt.meta.begin() + ptrdiff_t(own));
+  const std::vector<int64_t> counts_recv_etp(rt.meta.begin() + ptrdiff_t(own), rt.meta.end());
   rt.chunks.resize(size_t(N));
   for (int ch = 0; ch < N; ++ch) {
     DevChunk& b = rt.chunks[size_t(ch)];
     b.t0 = bounds[size_t(ch)];
     b.t1 = bounds[size_t(ch) + 1];
-    b.lay = moe::chunk_layout(send, rt.counts_recv, P, c.pg.ep.rank, N, L, H, ch);
+    b.lay = moe::chunk_layout(send, counts_recv, P, c.pg.ep.rank, N, L, H, ch);
     if (b.lay.rows_sent != int64_t(b.tokens()) * K)
       throw std::logic_error("device MoE counts: chunk " + std::to_string(ch) + " sends " +
                              std::to_string(b.lay.rows_sent) + " rows for " + std::to_string(b.tokens() * K) + " slots");
-    rt.rows_received += b.lay.rows_received;
+    if (Q > 1) {
+      b.by_block = moe::etp_by_block(counts_recv_etp, Q, P, N, L, ch);
+      b.peer_rows = moe::etp_rows(b.by_block, Q, P, L);
+      b.gemm = moe::block_table(b.by_block, P * Q, L);
+    } else {
+      b.by_block = b.lay.recv_by_block;
+      b.gemm = b.lay.table;
+    }
+    rt.rows_received += b.gemm.rows();  // the rows the experts' GEMMs run on, as the host counts them
     // From pageable memory: staged before the call returns.
-    b.blocks = DeviceBuf<int64_t>(o.tr, Category::MoeBuffers, b.lay.blocks.size());
-    if (!b.lay.blocks.empty())
-      CUDA_CHECK(cudaMemcpyAsync(b.blocks.data(), b.lay.blocks.data(), sizeof(int64_t) * b.lay.blocks.size(),
+    b.blocks = DeviceBuf<int64_t>(o.tr, Category::MoeBuffers, b.gemm.blocks.size());
+    if (!b.gemm.blocks.empty())
+      CUDA_CHECK(cudaMemcpyAsync(b.blocks.data(), b.gemm.blocks.data(), sizeof(int64_t) * b.gemm.blocks.size(),
                                  cudaMemcpyHostToDevice, o.stream));
     // Stable expert-major rows of the chunk's slots: moe_math.h's order, the host's send_layout.
     const int slots = b.tokens() * K;
@@ -161,17 +215,17 @@ DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logi
 // n x k when trans_w).
 void expert_gemms(DeviceOps& o, const DevChunk& b, const float* in, int64_t k, int64_t n, const float* w, float* out,
                   bool trans_w) {
-  const std::vector<int64_t>& off = b.lay.expert_off;
+  const std::vector<int64_t>& off = b.gemm.expert_off;
   for (size_t e = 0; e + 1 < off.size(); ++e) {
     const int64_t r0 = off[e], m = off[e + 1] - r0;
     if (m) gemm32(o, false, trans_w, m, n, k, in + r0 * k, w + int64_t(e) * k * n, out + r0 * n, 0.0f);
   }
 }
 
-// Rows between the source-major (as received) and expert-major layouts of a chunk.
+// A chunk's GEMM rows between the source-major (as received or gathered) and expert-major layouts.
 void reorder(DeviceOps& o, const DevChunk& b, const float* in, float* out, int64_t H, bool to_expert_major) {
-  if (b.lay.nblocks())
-    mg::launch_copy_blocks<float>(in, out, b.blocks.data(), b.lay.nblocks(), b.lay.max_block_rows, int(H),
+  if (b.gemm.nblocks())
+    mg::launch_copy_blocks<float>(in, out, b.blocks.data(), b.gemm.nblocks(), b.gemm.max_block_rows, int(H),
                                   to_expert_major, o.stream);
 }
 
@@ -262,7 +316,8 @@ void shared_bwd(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitGrad& g, co
 void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep,
                         DeviceLayerSaved& sv, float* y) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = c.d.shared_local;
+  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn / c.pg.etp.size,
+                S = c.d.shared_local;
   check_args(c, R);
   const DevMoeWeights W = widen_weights(*this, c, u, w);
   DeviceBuf<float> logits(tr, Category::MoeBuffers, size_t(R * E));
@@ -274,20 +329,32 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
     const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
     b.xp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));
     mg::launch_permute<float>(n2 + b.t0 * H, b.rows.data(), b.tokens(), int(K), int(H), b.xp.data(), stream);
-    b.xr = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
+    b.xr = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(b.lay.rows_received * H));
     comm::all_to_all_v(c.pg.ep, b.xp.data(), b.lay.send_counts.data(), b.lay.send_displs.data(), b.xr.data(),
                        b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
     b.xe = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
-    reorder(*this, b, b.xr.data(), b.xe.data(), H, true);
+    if (c.pg.etp.size > 1) {  // every ETP rank's received rows: each runs its FFN columns on all of them
+      DeviceBuf<float> all = ws(size_t(rows * H));
+      etp_gather(c, b, b.xr.data(), all.data(), H);
+      reorder(*this, b, all.data(), b.xe.data(), H, true);
+    } else {
+      reorder(*this, b, b.xr.data(), b.xe.data(), H, true);
+    }
     b.h1 = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
     expert_gemms(*this, b, b.xe.data(), H, 2 * F, W.w1.data(), b.h1.data(), false);
     b.act = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * F));
     mg::launch_swiglu<float>(b.h1.data(), rows, int(F), b.act.data(), stream);
-    b.ye_src = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
+    b.ye_src = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(b.lay.rows_received * H));
     {
       DeviceBuf<float> ye = ws(size_t(rows * H));
       expert_gemms(*this, b, b.act.data(), F, H, W.w2.data(), ye.data(), false);
-      reorder(*this, b, ye.data(), b.ye_src.data(), H, false);
+      if (c.pg.etp.size > 1) {  // partial outputs over this rank's columns, summed back to the ranks that received
+        DeviceBuf<float> by_rank = ws(size_t(rows * H));
+        reorder(*this, b, ye.data(), by_rank.data(), H, false);
+        etp_reduce_scatter(*this, c, b, by_rank.data(), b.ye_src.data(), H);
+      } else {
+        reorder(*this, b, ye.data(), b.ye_src.data(), H, false);
+      }
     }
     b.yp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));  // the combine: the dispatch's reverse route
     comm::all_to_all_v(c.pg.ep, b.ye_src.data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), b.yp.data(),
@@ -312,15 +379,16 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
     if (keep == Keep::All) sv.sact = impl::swiglu16(*this, sv.sh1, S);
   }
   // From pageable memory: staged before the call returns, so the vector may go with rt.
-  sv.moe_meta = DeviceBuf<int64_t>(tr, Category::Activations, rt.counts_recv.size());
-  CUDA_CHECK(cudaMemcpyAsync(sv.moe_meta.data(), rt.counts_recv.data(), sizeof(int64_t) * rt.counts_recv.size(),
+  sv.moe_meta = DeviceBuf<int64_t>(tr, Category::Activations, rt.meta.size());
+  CUDA_CHECK(cudaMemcpyAsync(sv.moe_meta.data(), rt.meta.data(), sizeof(int64_t) * rt.meta.size(),
                              cudaMemcpyHostToDevice, stream));
 }
 
 void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
                         const float* n2, const float* dy, float* dn2) {
   const moe::MoeConfig& cfg = c.d.moe;
-  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn, S = c.d.shared_local;
+  const int64_t R = c.rows, H = cfg.hidden, E = cfg.experts, K = cfg.top_k, F = cfg.expert_ffn / c.pg.etp.size,
+                S = c.d.shared_local;
   check_args(c, R);
   const DevMoeWeights W = widen_weights(*this, c, u, w);
   // The forward's routing, rebuilt from its saved logits and receive counts (the host's restore_routing).
@@ -351,22 +419,35 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
   for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
     DevChunk& b = rt.chunks[ch];
     const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
-    DeviceBuf<float> dyp(tr, Category::MoeBuffers, size_t(slots * H)), dyr(tr, Category::MoeBuffers, size_t(rows * H));
+    const size_t got = size_t(b.lay.rows_received * H);
+    DeviceBuf<float> dyp(tr, Category::MoeBuffers, size_t(slots * H)), dyr(tr, Category::MoeBuffers, got);
     mg::launch_unpermute_bwd<float>(dy + b.t0 * H, b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(),
                                     int(K), int(H), dyp.data(), dw.data() + b.t0 * K, stream);
     // Output gradients travel the dispatch route, input gradients the combine route.
     comm::all_to_all_v(c.pg.ep, dyp.data(), b.lay.send_counts.data(), b.lay.send_displs.data(), dyr.data(),
                        b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
     dye[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
-    reorder(*this, b, dyr.data(), dye[ch].data(), H, true);
+    if (c.pg.etp.size > 1) {  // the output gradient of every ETP rank's rows: each rank's columns need all of them
+      DeviceBuf<float> all = ws(size_t(rows * H));
+      etp_gather(c, b, dyr.data(), all.data(), H);
+      reorder(*this, b, all.data(), dye[ch].data(), H, true);
+    } else {
+      reorder(*this, b, dyr.data(), dye[ch].data(), H, true);
+    }
     dh1[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
-    DeviceBuf<float> dx_src(tr, Category::MoeBuffers, size_t(rows * H));
+    DeviceBuf<float> dx_src(tr, Category::MoeBuffers, got);
     {
       DeviceBuf<float> dact = ws(size_t(rows * F)), dxe = ws(size_t(rows * H));
       expert_gemms(*this, b, dye[ch].data(), H, F, W.w2.data(), dact.data(), true);
       mg::launch_swiglu_bwd<float>(b.h1.data(), dact.data(), rows, int(F), dh1[ch].data(), stream);
       expert_gemms(*this, b, dh1[ch].data(), 2 * F, H, W.w1.data(), dxe.data(), true);
-      reorder(*this, b, dxe.data(), dx_src.data(), H, false);
+      if (c.pg.etp.size > 1) {  // partial input gradients over this rank's columns, summed back
+        DeviceBuf<float> by_rank = ws(size_t(rows * H));
+        reorder(*this, b, dxe.data(), by_rank.data(), H, false);
+        etp_reduce_scatter(*this, c, b, by_rank.data(), dx_src.data(), H);
+      } else {
+        reorder(*this, b, dxe.data(), dx_src.data(), H, false);
+      }
     }
     DeviceBuf<float> dxp(tr, Category::MoeBuffers, size_t(slots * H));
     comm::all_to_all_v(c.pg.ep, dx_src.data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), dxp.data(),
@@ -379,7 +460,7 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
   // The experts' weight gradients after every chunk's dgrad (the host's delayed wgrad), chunk by chunk per expert.
   for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
     const DevChunk& b = rt.chunks[ch];
-    const std::vector<int64_t>& off = b.lay.expert_off;
+    const std::vector<int64_t>& off = b.gemm.expert_off;
     for (int64_t e = 0; e + 1 < int64_t(off.size()); ++e) {
       const int64_t r0 = off[size_t(e)], m = off[size_t(e) + 1] - r0;
       if (!m) continue;

@@ -172,23 +172,7 @@ size_t recv_layout(ChunkBuffers& b, const std::vector<int64_t>& counts_recv, int
 
 // Rows per (ETP rank, source, local expert) of chunk `ch`: every ETP rank's receive counts, in ETP-rank order.
 void etp_layout(ChunkBuffers& b, const MoeSaved& sv, int Q, int P, int N, int L, int ch) {
-  if (Q == 1) {
-    b.etp_by_block = b.recv_by_block;
-    return;
-  }
-  b.etp_by_block.assign(size_t(Q) * P * L, 0);
-  for (int q = 0; q < Q; ++q)
-    for (int s = 0; s < P; ++s)
-      for (int e = 0; e < L; ++e)
-        b.etp_by_block[(size_t(q) * P + s) * L + e] = sv.counts_recv_etp[((size_t(q) * P + s) * N + ch) * L + e];
-}
-
-// Rows each ETP rank received for a chunk (its part of the gathered rows).
-std::vector<int64_t> etp_rows(const ChunkBuffers& b, int Q, int P, int L) {
-  std::vector<int64_t> r(Q, 0);
-  for (int q = 0; q < Q; ++q)
-    for (int i = 0; i < P * L; ++i) r[q] += b.etp_by_block[size_t(q) * P * L + i];
-  return r;
+  b.etp_by_block = Q == 1 ? b.recv_by_block : etp_by_block(sv.counts_recv_etp, Q, P, N, L, ch);
 }
 
 // ETP all-gather of this rank's H-wide rows: every ETP rank's rows, in ETP-rank order (Megatron
@@ -386,7 +370,7 @@ void moe_forward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c
                            comm::DType::I64);
         }
         etp_layout(b, sv, Q, P, N, L, st.chunk);
-        const std::vector<int64_t> peer_rows = etp_rows(b, Q, P, L);
+        const std::vector<int64_t> peer_rows = etp_rows(b.etp_by_block, Q, P, L);
         std::vector<float> gathered;
         if (Q > 1) gathered = etp_gather(etp, b.xr, peer_rows, H);
         const std::vector<float>& xin = Q > 1 ? gathered : b.xr;
@@ -524,7 +508,7 @@ void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& 
       case StepOp::ExpertDgrad: {
         ChunkBuffers& b = sv.chunks[st.chunk];
         // ETP: the output gradient of every ETP rank's received rows (each rank's columns need all of them).
-        const std::vector<int64_t> peer_rows = etp_rows(b, Q, P, L);
+        const std::vector<int64_t> peer_rows = etp_rows(b.etp_by_block, Q, P, L);
         std::vector<float> gathered;
         if (Q > 1) gathered = etp_gather(etp, b.dyr, peer_rows, H);
         const std::vector<float>& din = Q > 1 ? gathered : b.dyr;

@@ -387,17 +387,17 @@ class Layer final : public MoeLayerGpu::Impl {
       b.recv_counts = lay.recv_counts;
       b.recv_displs = lay.recv_displs;
       b.recv_by_block = lay.recv_by_block;
-      b.expert_off = lay.expert_off;
+      b.expert_off = lay.table.expert_off;
       traffic_.rows_sent += lay.rows_sent;
       traffic_.rows_sent_remote += lay.rows_sent_remote;
       traffic_.rows_received += lay.rows_received;
       recv_remote += lay.rows_received_remote;
       // Row-block table for the source-major <-> expert-major reorder, in pinned memory for the async copy.
-      b.blocks_host.ensure(sizeof(int64_t) * std::max<size_t>(3, lay.blocks.size()));
-      std::copy(lay.blocks.begin(), lay.blocks.end(), b.blocks_host.as<int64_t>());
+      b.blocks_host.ensure(sizeof(int64_t) * std::max<size_t>(3, lay.table.blocks.size()));
+      std::copy(lay.table.blocks.begin(), lay.table.blocks.end(), b.blocks_host.as<int64_t>());
       const int64_t* tab = b.blocks_host.as<int64_t>();
-      b.nblocks = lay.nblocks();
-      b.max_block_rows = lay.max_block_rows;
+      b.nblocks = lay.table.nblocks();
+      b.max_block_rows = lay.table.max_block_rows;
       const size_t rows = size_t(lay.rows_received);
       b.blocks.ensure(sizeof(int64_t) * 3 * std::max(1, b.nblocks));
       b.xr.ensure(sizeof(T) * rows * H);

@@ -132,6 +132,19 @@ void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& 
                   const ChunkSchedule& s, MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads,
                   const ExecOptions& o = {}, std::vector<StepTime>* times = nullptr);
 
+// Row blocks between a source-major buffer (rows as received: by source, then local expert) and the expert-major one
+// the GEMMs want, from the rows per (source, local expert): each local expert's first expert-major row and the
+// non-empty blocks {source-major first row, expert-major first row, rows}. Under ETP the sources are (ETP rank,
+// source rank) pairs in that order. Pure.
+struct BlockTable {
+  std::vector<int64_t> expert_off;  // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
+  std::vector<int64_t> blocks;      // non-empty blocks, three values each
+  int64_t max_block_rows = 0;
+  int nblocks() const { return int(blocks.size() / 3); }
+  int64_t rows() const { return expert_off.empty() ? 0 : expert_off.back(); }
+};
+BlockTable block_table(const std::vector<int64_t>& by_block, int sources, int local_experts);
+
 // The all-to-all layout of chunk `ch` from the counts this rank sends and receives per (peer, chunk, local expert)
 // ([peer][chunk][local expert], as exchanged), for rows `hidden` elements wide: the GPU layers' host-side bookkeeping
 // (kernels/moe/moe_cuda.cpp, executor/moe_cuda.cpp), held by the tests to the CPU layer's ChunkBuffers. Pure.
@@ -139,13 +152,19 @@ struct ChunkLayout {
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer (send is rank-major:
                                                                           // experts are contiguous per rank)
   std::vector<int64_t> recv_by_block;  // rows per (source rank, local expert), source-major
-  std::vector<int64_t> expert_off;     // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
-  std::vector<int64_t> blocks;         // non-empty blocks: {source-major first row, expert-major first row, rows}
-  int64_t max_block_rows = 0, rows_sent = 0, rows_received = 0, rows_sent_remote = 0, rows_received_remote = 0;
-  int nblocks() const { return int(blocks.size() / 3); }
+  BlockTable table;                    // block_table(recv_by_block): the received rows to expert-major and back
+  int64_t rows_sent = 0, rows_received = 0, rows_sent_remote = 0, rows_received_remote = 0;
 };
 ChunkLayout chunk_layout(const std::vector<int64_t>& counts_send, const std::vector<int64_t>& counts_recv, int ep_size,
                          int ep_rank, int chunks, int local_experts, int hidden, int ch);
+
+// Expert tensor parallelism: the rows per (ETP rank, source rank, local expert) of chunk `ch` that the expert GEMMs of
+// every ETP rank run on, from every ETP rank's receive counts ([ETP rank][source][chunk][local expert], the
+// all-gathered counts_recv): ChunkBuffers::etp_by_block. Pure.
+std::vector<int64_t> etp_by_block(const std::vector<int64_t>& counts_recv_etp, int etp_size, int ep_size, int chunks,
+                                  int local_experts, int ch);
+// Rows each ETP rank received of a chunk (its part of the gathered rows), from etp_by_block.
+std::vector<int64_t> etp_rows(const std::vector<int64_t>& etp_by_block, int etp_size, int ep_size, int local_experts);
 
 // Rebuilds every chunk's routing fields (token range, row_of_slot, per-expert and per-peer send and receive counts
 // and displacements, etp_by_block) and counts_send from saved.tokens, saved.idx, saved.counts_recv and (ETP)

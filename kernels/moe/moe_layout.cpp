@@ -1,4 +1,5 @@
-// chunk_layout (moe_layer.h): the per-chunk all-to-all bookkeeping of the GPU layers, pure host code.
+// block_table, chunk_layout, etp_by_block, etp_rows (moe_layer.h): the per-chunk bookkeeping of the MoE layers, pure
+// host code.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -7,6 +8,29 @@
 #include "kernels/moe/moe_math.h"
 
 namespace lcplan::moe {
+
+BlockTable block_table(const std::vector<int64_t>& by_block, int P, int L) {
+  if (by_block.size() != size_t(P) * size_t(L))
+    throw std::invalid_argument("block_table: " + std::to_string(by_block.size()) + " counts for " + std::to_string(P) +
+                                " sources x " + std::to_string(L) + " experts");
+  BlockTable t;
+  t.expert_off.assign(size_t(L) + 1, 0);
+  for (int e = 0; e < L; ++e) {
+    int64_t n = 0;
+    for (int q = 0; q < P; ++q) n += by_block[size_t(q) * L + e];
+    t.expert_off[size_t(e) + 1] = t.expert_off[size_t(e)] + n;
+  }
+  for (int q = 0; q < P; ++q)
+    for (int e = 0; e < L; ++e) {
+      const int64_t n = by_block[size_t(q) * L + e];
+      if (!n) continue;
+      t.blocks.push_back(block_offset_src_major(by_block.data(), P, L, q, e));
+      t.blocks.push_back(block_offset_expert_major(by_block.data(), P, L, q, e));
+      t.blocks.push_back(n);
+      t.max_block_rows = std::max(t.max_block_rows, n);
+    }
+  return t;
+}
 
 ChunkLayout chunk_layout(const std::vector<int64_t>& counts_send, const std::vector<int64_t>& counts_recv, int P,
                          int rank, int N, int L, int H, int ch) {
@@ -41,22 +65,28 @@ ChunkLayout chunk_layout(const std::vector<int64_t>& counts_send, const std::vec
       b.rows_received_remote += got;
     }
   }
-  b.expert_off.assign(size_t(L) + 1, 0);
-  for (int e = 0; e < L; ++e) {
-    int64_t n = 0;
-    for (int q = 0; q < P; ++q) n += b.recv_by_block[size_t(q) * L + e];
-    b.expert_off[size_t(e) + 1] = b.expert_off[size_t(e)] + n;
-  }
-  for (int q = 0; q < P; ++q)
-    for (int e = 0; e < L; ++e) {
-      const int64_t n = b.recv_by_block[size_t(q) * L + e];
-      if (!n) continue;
-      b.blocks.push_back(block_offset_src_major(b.recv_by_block.data(), P, L, q, e));
-      b.blocks.push_back(block_offset_expert_major(b.recv_by_block.data(), P, L, q, e));
-      b.blocks.push_back(n);
-      b.max_block_rows = std::max(b.max_block_rows, n);
-    }
+  b.table = block_table(b.recv_by_block, P, L);
   return b;
+}
+
+std::vector<int64_t> etp_by_block(const std::vector<int64_t>& counts_recv_etp, int Q, int P, int N, int L, int ch) {
+  if (counts_recv_etp.size() != size_t(Q) * P * N * L || ch < 0 || ch >= N)
+    throw std::invalid_argument("etp_by_block: " + std::to_string(counts_recv_etp.size()) + " counts for " +
+                                std::to_string(Q) + " ETP ranks x " + std::to_string(P) + " sources x " +
+                                std::to_string(N) + " chunks x " + std::to_string(L) + " experts, chunk " +
+                                std::to_string(ch));
+  std::vector<int64_t> b(size_t(Q) * P * L, 0);
+  for (int q = 0; q < Q; ++q)
+    for (int s = 0; s < P; ++s)
+      for (int e = 0; e < L; ++e) b[(size_t(q) * P + s) * L + e] = counts_recv_etp[((size_t(q) * P + s) * N + ch) * L + e];
+  return b;
+}
+
+std::vector<int64_t> etp_rows(const std::vector<int64_t>& by_block, int Q, int P, int L) {
+  std::vector<int64_t> r(size_t(Q), 0);
+  for (int q = 0; q < Q; ++q)
+    for (int i = 0; i < P * L; ++i) r[size_t(q)] += by_block[size_t(q) * P * L + i];
+  return r;
 }
 
 }  // namespace lcplan::moe

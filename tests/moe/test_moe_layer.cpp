@@ -349,14 +349,14 @@ TEST(MoeLayer, ChunkLayoutIsTheCpuLayersLayout) {
         for (int64_t i = 0; i < lay.recv_by_block[size_t(q) * L + e]; ++i) src.push_back({q, e, i});
       }
     for (int e = 0; e < L; ++e) {
-      EXPECT_EQ(lay.expert_off[size_t(e)], int64_t(want.size())) << what << " expert " << e;
+      EXPECT_EQ(lay.table.expert_off[size_t(e)], int64_t(want.size())) << what << " expert " << e;
       for (int q = 0; q < P; ++q)
         for (int64_t i = 0; i < lay.recv_by_block[size_t(q) * L + e]; ++i) want.push_back({q, e, i});
     }
-    for (int k = 0; k < lay.nblocks(); ++k) {
-      EXPECT_LE(lay.blocks[size_t(3 * k + 2)], lay.max_block_rows) << what;
-      for (int64_t r = 0; r < lay.blocks[size_t(3 * k + 2)]; ++r)
-        moved[size_t(lay.blocks[size_t(3 * k + 1)] + r)] = src[size_t(lay.blocks[size_t(3 * k)] + r)];
+    for (int k = 0; k < lay.table.nblocks(); ++k) {
+      EXPECT_LE(lay.table.blocks[size_t(3 * k + 2)], lay.table.max_block_rows) << what;
+      for (int64_t r = 0; r < lay.table.blocks[size_t(3 * k + 2)]; ++r)
+        moved[size_t(lay.table.blocks[size_t(3 * k + 1)] + r)] = src[size_t(lay.table.blocks[size_t(3 * k)] + r)];
     }
     EXPECT_EQ(moved, want) << what;
   }
