@@ -51,7 +51,7 @@ struct DeviceBackend {
   // The receive is queued on the compute stream; waiting for it here times the bubble as the host backend's does.
   void after_recv() const { CUDA_CHECK(cudaStreamSynchronize(stream)); }
   DeviceMem mem() const { return DeviceMem{stream}; }
-  DeviceOps ops(Tracker& t) const { return DeviceOps{t, blas, stream}; }
+  DeviceOps ops(Tracker& t) const { return DeviceOps{t, blas, stream, moe_comm}; }
   // A copy from the host vector in the compute stream's order (the buffer is stream-ordered there), complete on
   // return, before the vector goes.
   DeviceBuf<int64_t> ids(Tracker& t, const std::vector<int64_t>& v) const {
@@ -88,11 +88,14 @@ struct DeviceBackend {
   std::string note;
   cudaStream_t send_fwd = nullptr, send_bwd = nullptr;  // the outgoing pipeline links' streams (pp > 1)
   cudaEvent_t produced = nullptr;
+  // The MoE layers' all-to-alls run here (moe_cuda.cpp run_steps), at the device's highest priority so a ready
+  // all-to-all is not queued behind the compute stream's GEMMs.
+  cudaStream_t moe_comm = nullptr;
   PhaseTimer timer{stream};
 
   ~DeviceBackend() {
     if (produced) CUDA_LOG(cudaEventDestroy(produced));
-    for (cudaStream_t s : {send_fwd, send_bwd})
+    for (cudaStream_t s : {send_fwd, send_bwd, moe_comm})
       if (s) CUDA_LOG(cudaStreamDestroy(s));
   }
 };
@@ -104,6 +107,9 @@ ExecResult run_executor(const comm::Comm& world, const comm::Comm& nccl_world, c
   if (nccl_world.backend != comm::Backend::Nccl || nccl_world.size != world.size)
     throw std::invalid_argument("the GPU step needs an NCCL world over the same ranks as the MPI world");
   DeviceBackend be{nccl_world, stream, blas, device_used_bytes(), ""};
+  int lo = 0, hi = 0;
+  CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&be.moe_comm, cudaStreamNonBlocking, hi));
   return step_detail::Step<DeviceBackend>::run(world, m, p, o, be);
 }
 

@@ -39,6 +39,9 @@ struct DeviceOps {
   Tracker& tr;
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
+  // The MoE layers' all-to-alls (moe_cuda.cpp): a second stream so one EP chunk's all-to-all overlaps another's expert
+  // GEMMs, as the plan's chunk schedule says; null runs them on `stream`, in the schedule's order.
+  cudaStream_t comm_stream = nullptr;
 
   Buf<float> ws(size_t n) { return Buf<float>(tr, Category::Workspace, n); }
   Buf<bf16> save16(const float* x, size_t n);

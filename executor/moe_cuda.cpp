@@ -5,10 +5,11 @@
 // Every state buffer is a DeviceBuf charged to the category the host charges it to (README "Memory mapping"), and
 // the saved tensors (logits, probabilities, xe, yp, h1, activations, counts) have the host's sizes.
 //
-// The chunks of the EP schedule run one after another on the one stream: a chunk's all-to-all does not overlap
-// another chunk's expert GEMMs yet (kernels/moe/moe_cuda.h's standalone layer does that on streams of its own). The
-// host waits for the stream once per pass, for the router's counts, which size the all-to-alls; it never synchronises
-// the device, so a pipeline send in flight on another stream cannot stall it (executor/README.md "GPU backend").
+// Each pass issues the plan's chunk schedule (parallel/chunk_schedule.h) on two streams: the all-to-alls on
+// DeviceOps::comm_stream, everything else on the compute stream, cross-stream dependencies as events, so one chunk's
+// all-to-all overlaps another's expert GEMMs as the estimator costs it. The host waits for the compute stream once per
+// pass, before the schedule, for the router's counts that size the all-to-alls; it never synchronises the device, so a
+// pipeline send in flight on another stream cannot stall it (executor/README.md "GPU backend").
 // Under TP the shared expert is Megatron's SharedExpertMLP with sequence parallelism (fc1 column-parallel on the
 // gathered tokens, fc2 row-parallel reduce-scattered back, fp32 sums as on the host); the routed experts see this rank's
 // rows. Under ETP each chunk's received rows are all-gathered over the ETP group, every ETP rank runs its FFN columns
@@ -311,6 +312,99 @@ void shared_bwd(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitGrad& g, co
   }
 }
 
+// Issues a schedule's step list (chunk_schedule.h: the list is the issue order and a step depends only on earlier
+// ones) on the compute stream and the comm stream (o.comm_stream; null: every step on the compute stream, in list
+// order): a step waits on the events of its dependencies on the other stream, then records its own. The comm stream
+// starts after everything queued on the compute stream so far (every buffer a comm step touches is allocated by then)
+// and the compute stream ends joined on it, so the pass's buffers may be freed in the compute stream's order. The
+// host never waits here. issue(step, stream) enqueues one step.
+template <class Issue>
+void run_steps(DeviceOps& o, const std::vector<moe::Step>& steps, Issue&& issue) {
+  moe::validate_steps(steps);
+  struct Events {  // destroyed even when a step throws (a pending event is released once it completes)
+    std::vector<cudaEvent_t> ev;
+    ~Events() {
+      for (cudaEvent_t e : ev) CUDA_LOG(cudaEventDestroy(e));
+    }
+    cudaEvent_t make() {
+      cudaEvent_t e = nullptr;
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      ev.push_back(e);
+      return e;
+    }
+  } events;
+  cudaStream_t comm = o.comm_stream ? o.comm_stream : o.stream;
+  if (comm != o.stream) {
+    cudaEvent_t start = events.make();
+    CUDA_CHECK(cudaEventRecord(start, o.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(comm, start, 0));
+  }
+  std::vector<cudaEvent_t> done(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const moe::Step& st = steps[i];
+    cudaStream_t sm = st.stream == moe::StreamKind::Comm ? comm : o.stream;
+    for (int d : st.deps)
+      if (steps[size_t(d)].stream != st.stream) CUDA_CHECK(cudaStreamWaitEvent(sm, done[size_t(d)], 0));
+    issue(st, sm);
+    done[i] = events.make();
+    CUDA_CHECK(cudaEventRecord(done[i], sm));
+  }
+  if (comm != o.stream) {
+    cudaEvent_t end = events.make();
+    CUDA_CHECK(cudaEventRecord(end, comm));
+    CUDA_CHECK(cudaStreamWaitEvent(o.stream, end, 0));
+  }
+}
+
+// The expert FFN of one chunk on the compute stream, from its received rows xr to its outputs ye_src (source-major, as
+// they go back): under ETP the rows of every ETP rank gathered first and the partial outputs reduce-scattered after.
+void expert_fwd(DeviceOps& o, const Ctx& c, const DevMoeWeights& W, DevChunk& b, int64_t H, int64_t F) {
+  const int64_t rows = b.rows_in();
+  if (c.pg.etp.size > 1) {  // every ETP rank's received rows: each runs its FFN columns on all of them
+    DeviceBuf<float> all = o.ws(size_t(rows * H));
+    etp_gather(c, b, b.xr.data(), all.data(), H);
+    reorder(o, b, all.data(), b.xe.data(), H, true);
+  } else {
+    reorder(o, b, b.xr.data(), b.xe.data(), H, true);
+  }
+  expert_gemms(o, b, b.xe.data(), H, 2 * F, W.w1.data(), b.h1.data(), false);
+  mg::launch_swiglu<float>(b.h1.data(), rows, int(F), b.act.data(), o.stream);
+  DeviceBuf<float> ye = o.ws(size_t(rows * H));
+  expert_gemms(o, b, b.act.data(), F, H, W.w2.data(), ye.data(), false);
+  if (c.pg.etp.size > 1) {  // partial outputs over this rank's columns, summed back to the ranks that received
+    DeviceBuf<float> by_rank = o.ws(size_t(rows * H));
+    reorder(o, b, ye.data(), by_rank.data(), H, false);
+    etp_reduce_scatter(o, c, b, by_rank.data(), b.ye_src.data(), H);
+  } else {
+    reorder(o, b, ye.data(), b.ye_src.data(), H, false);
+  }
+}
+
+// Its backward (dgrad) from the received output gradients dyr to the input gradients dx_src: dye and dh1 are kept for
+// the delayed weight gradient.
+void expert_dgrad(DeviceOps& o, const Ctx& c, const DevMoeWeights& W, DevChunk& b, const float* dyr, float* dye,
+                  float* dh1, float* dx_src, int64_t H, int64_t F) {
+  const int64_t rows = b.rows_in();
+  if (c.pg.etp.size > 1) {  // the output gradient of every ETP rank's rows: each rank's columns need all of them
+    DeviceBuf<float> all = o.ws(size_t(rows * H));
+    etp_gather(c, b, dyr, all.data(), H);
+    reorder(o, b, all.data(), dye, H, true);
+  } else {
+    reorder(o, b, dyr, dye, H, true);
+  }
+  DeviceBuf<float> dact = o.ws(size_t(rows * F)), dxe = o.ws(size_t(rows * H));
+  expert_gemms(o, b, dye, H, F, W.w2.data(), dact.data(), true);
+  mg::launch_swiglu_bwd<float>(b.h1.data(), dact.data(), rows, int(F), dh1, o.stream);
+  expert_gemms(o, b, dh1, 2 * F, H, W.w1.data(), dxe.data(), true);
+  if (c.pg.etp.size > 1) {  // partial input gradients over this rank's columns, summed back
+    DeviceBuf<float> by_rank = o.ws(size_t(rows * H));
+    reorder(o, b, dxe.data(), by_rank.data(), H, false);
+    etp_reduce_scatter(o, c, b, by_rank.data(), dx_src, H);
+  } else {
+    reorder(o, b, dxe.data(), dx_src, H, false);
+  }
+}
+
 }  // namespace
 
 void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep,
@@ -323,46 +417,48 @@ void DeviceOps::moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const fl
   DeviceBuf<float> logits(tr, Category::MoeBuffers, size_t(R * E));
   gemm32(*this, false, false, R, E, H, n2, W.router.data(), logits.data(), 0.0f);
   DevRouting rt = route(*this, c, W, logits.data(), nullptr);
-  DevShared sh;
-  if (S) shared_fwd(*this, c, W, n2, sh);
-  for (DevChunk& b : rt.chunks) {
-    const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
-    b.xp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));
-    mg::launch_permute<float>(n2 + b.t0 * H, b.rows.data(), b.tokens(), int(K), int(H), b.xp.data(), stream);
-    b.xr = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(b.lay.rows_received * H));
-    comm::all_to_all_v(c.pg.ep, b.xp.data(), b.lay.send_counts.data(), b.lay.send_displs.data(), b.xr.data(),
-                       b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
-    b.xe = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
-    if (c.pg.etp.size > 1) {  // every ETP rank's received rows: each runs its FFN columns on all of them
-      DeviceBuf<float> all = ws(size_t(rows * H));
-      etp_gather(c, b, b.xr.data(), all.data(), H);
-      reorder(*this, b, all.data(), b.xe.data(), H, true);
-    } else {
-      reorder(*this, b, b.xr.data(), b.xe.data(), H, true);
-    }
-    b.h1 = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
-    expert_gemms(*this, b, b.xe.data(), H, 2 * F, W.w1.data(), b.h1.data(), false);
-    b.act = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * F));
-    mg::launch_swiglu<float>(b.h1.data(), rows, int(F), b.act.data(), stream);
-    b.ye_src = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(b.lay.rows_received * H));
-    {
-      DeviceBuf<float> ye = ws(size_t(rows * H));
-      expert_gemms(*this, b, b.act.data(), F, H, W.w2.data(), ye.data(), false);
-      if (c.pg.etp.size > 1) {  // partial outputs over this rank's columns, summed back to the ranks that received
-        DeviceBuf<float> by_rank = ws(size_t(rows * H));
-        reorder(*this, b, ye.data(), by_rank.data(), H, false);
-        etp_reduce_scatter(*this, c, b, by_rank.data(), b.ye_src.data(), H);
-      } else {
-        reorder(*this, b, ye.data(), b.ye_src.data(), H, false);
-      }
-    }
-    b.yp = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(slots * H));  // the combine: the dispatch's reverse route
-    comm::all_to_all_v(c.pg.ep, b.ye_src.data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), b.yp.data(),
-                       b.lay.send_counts.data(), b.lay.send_displs.data(), comm::DType::F32);
-    mg::launch_unpermute<float>(b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(), int(K), int(H),
-                                S ? sh.out.data() + b.t0 * H : nullptr,
-                                S && c.d.shared_gate ? sh.gate.data() + b.t0 : nullptr, y + b.t0 * H, stream);
+  for (DevChunk& b : rt.chunks) {  // every buffer of the pass, before it starts (run_steps)
+    const size_t slots = size_t(b.tokens()) * size_t(K), rows = size_t(b.rows_in()), got = size_t(b.lay.rows_received);
+    for (auto [buf, n] : {std::pair{&b.xp, slots * H}, {&b.xr, got * H}, {&b.xe, rows * H}, {&b.h1, rows * 2 * F},
+                          {&b.act, rows * F}, {&b.ye_src, got * H}, {&b.yp, slots * H}})
+      *buf = DeviceBuf<float>(tr, Category::MoeBuffers, n);
   }
+  DevShared sh;
+  if (S && !c.sched.shared_expert) shared_fwd(*this, c, W, n2, sh);  // under TP the schedule has no shared step
+  comm::Comm ep = c.pg.ep;
+  run_steps(*this, c.sched.forward, [&](const moe::Step& st, cudaStream_t sm) {
+    ep.stream = sm;
+    DevChunk* b = st.chunk >= 0 ? &rt.chunks[size_t(st.chunk)] : nullptr;
+    switch (st.op) {
+      case moe::StepOp::Route:
+      case moe::StepOp::Counts:
+        break;  // route() did both before the pass: the all-to-alls need their counts on the host
+      case moe::StepOp::Permute:
+        mg::launch_permute<float>(n2 + b->t0 * H, b->rows.data(), b->tokens(), int(K), int(H), b->xp.data(), sm);
+        break;
+      case moe::StepOp::Dispatch:
+        comm::all_to_all_v(ep, b->xp.data(), b->lay.send_counts.data(), b->lay.send_displs.data(), b->xr.data(),
+                           b->lay.recv_counts.data(), b->lay.recv_displs.data(), comm::DType::F32);
+        break;
+      case moe::StepOp::SharedFwd:
+        if (S) shared_fwd(*this, c, W, n2, sh);
+        break;
+      case moe::StepOp::ExpertFwd:
+        expert_fwd(*this, c, W, *b, H, F);
+        break;
+      case moe::StepOp::Combine:  // the dispatch's reverse route
+        comm::all_to_all_v(ep, b->ye_src.data(), b->lay.recv_counts.data(), b->lay.recv_displs.data(), b->yp.data(),
+                           b->lay.send_counts.data(), b->lay.send_displs.data(), comm::DType::F32);
+        break;
+      case moe::StepOp::Unpermute:
+        mg::launch_unpermute<float>(b->yp.data(), b->rows.data(), rt.w.data() + b->t0 * K, b->tokens(), int(K), int(H),
+                                    S ? sh.out.data() + b->t0 * H : nullptr,
+                                    S && c.d.shared_gate ? sh.gate.data() + b->t0 : nullptr, y + b->t0 * H, sm);
+        break;
+      default:
+        throw std::logic_error(std::string("MoE forward schedule has a backward step: ") + moe::op_name(st.op));
+    }
+  });
   round(y, size_t(R * H));
   if (keep == Keep::InputOnly) return;
   c.moe_rows_received += double(rt.rows_received);
@@ -415,68 +511,73 @@ void DeviceOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Un
   }
   DeviceBuf<float> dw(tr, Category::MoeBuffers, size_t(R * K)), dx_routed(tr, Category::MoeBuffers, size_t(R * H)),
       dx_shared(tr, Category::MoeBuffers, size_t(R * H));
-  std::vector<DeviceBuf<float>> dye(rt.chunks.size()), dh1(rt.chunks.size());
-  for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
-    DevChunk& b = rt.chunks[ch];
-    const int64_t slots = int64_t(b.tokens()) * K, rows = b.rows_in();
-    const size_t got = size_t(b.lay.rows_received * H);
-    DeviceBuf<float> dyp(tr, Category::MoeBuffers, size_t(slots * H)), dyr(tr, Category::MoeBuffers, got);
-    mg::launch_unpermute_bwd<float>(dy + b.t0 * H, b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(),
-                                    int(K), int(H), dyp.data(), dw.data() + b.t0 * K, stream);
-    // Output gradients travel the dispatch route, input gradients the combine route.
-    comm::all_to_all_v(c.pg.ep, dyp.data(), b.lay.send_counts.data(), b.lay.send_displs.data(), dyr.data(),
-                       b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
-    dye[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * H));
-    if (c.pg.etp.size > 1) {  // the output gradient of every ETP rank's rows: each rank's columns need all of them
-      DeviceBuf<float> all = ws(size_t(rows * H));
-      etp_gather(c, b, dyr.data(), all.data(), H);
-      reorder(*this, b, all.data(), dye[ch].data(), H, true);
-    } else {
-      reorder(*this, b, dyr.data(), dye[ch].data(), H, true);
-    }
-    dh1[ch] = DeviceBuf<float>(tr, Category::MoeBuffers, size_t(rows * 2 * F));
-    DeviceBuf<float> dx_src(tr, Category::MoeBuffers, got);
-    {
-      DeviceBuf<float> dact = ws(size_t(rows * F)), dxe = ws(size_t(rows * H));
-      expert_gemms(*this, b, dye[ch].data(), H, F, W.w2.data(), dact.data(), true);
-      mg::launch_swiglu_bwd<float>(b.h1.data(), dact.data(), rows, int(F), dh1[ch].data(), stream);
-      expert_gemms(*this, b, dh1[ch].data(), 2 * F, H, W.w1.data(), dxe.data(), true);
-      if (c.pg.etp.size > 1) {  // partial input gradients over this rank's columns, summed back
-        DeviceBuf<float> by_rank = ws(size_t(rows * H));
-        reorder(*this, b, dxe.data(), by_rank.data(), H, false);
-        etp_reduce_scatter(*this, c, b, by_rank.data(), dx_src.data(), H);
-      } else {
-        reorder(*this, b, dxe.data(), dx_src.data(), H, false);
-      }
-    }
-    DeviceBuf<float> dxp(tr, Category::MoeBuffers, size_t(slots * H));
-    comm::all_to_all_v(c.pg.ep, dx_src.data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), dxp.data(),
-                       b.lay.send_counts.data(), b.lay.send_displs.data(), comm::DType::F32);
-    // The permutation's backward: each token's K slot gradients summed in k order (weights 1).
-    mg::launch_unpermute<float>(dxp.data(), b.rows.data(), nullptr, b.tokens(), int(K), int(H), nullptr, nullptr,
-                                dx_routed.data() + b.t0 * H, stream);
-  }
-  if (S) shared_bwd(*this, c, u, g, W, sh, n2, dy, dx_shared.data());
-  // The experts' weight gradients after every chunk's dgrad (the host's delayed wgrad), chunk by chunk per expert.
-  for (size_t ch = 0; ch < rt.chunks.size(); ++ch) {
+  // The gradients' buffers per chunk, before the pass starts (run_steps).
+  const size_t N = rt.chunks.size();
+  std::vector<DeviceBuf<float>> dyp(N), dyr(N), dye(N), dh1(N), dx_src(N), dxp(N);
+  for (size_t ch = 0; ch < N; ++ch) {
     const DevChunk& b = rt.chunks[ch];
-    const std::vector<int64_t>& off = b.gemm.expert_off;
-    for (int64_t e = 0; e + 1 < int64_t(off.size()); ++e) {
-      const int64_t r0 = off[size_t(e)], m = off[size_t(e) + 1] - r0;
-      if (!m) continue;
-      gemm32(*this, true, false, F, H, m, b.act.data() + r0 * F, dye[ch].data() + r0 * H,
-             g.expert + u.off.w2 + e * F * H, 1.0f);
-      gemm32(*this, true, false, H, 2 * F, m, b.xe.data() + r0 * H, dh1[ch].data() + r0 * 2 * F,
-             g.expert + u.off.w1 + e * H * 2 * F, 1.0f);
-    }
+    const size_t slots = size_t(b.tokens()) * size_t(K), rows = size_t(b.rows_in()), got = size_t(b.lay.rows_received);
+    for (auto [buf, n] : {std::pair{&dyp[ch], slots * H}, {&dyr[ch], got * H}, {&dye[ch], rows * H},
+                          {&dh1[ch], rows * 2 * F}, {&dx_src[ch], got * H}, {&dxp[ch], slots * H}})
+      *buf = DeviceBuf<float>(tr, Category::MoeBuffers, n);
   }
-  // The router: dlogits from the weights' gradients and the saved probabilities; the expert bias takes no gradient.
-  DeviceBuf<float> dlogits = ws(size_t(R * E));
-  mg::launch_route_bwd(sv.probs.data(), rt.idx.data(), dw.data(), moe::router_params(cfg), int(R), dlogits.data(),
-                       stream);
-  gemm32(*this, true, false, H, E, R, n2, dlogits.data(), impl::gd(g, u.off.router), 1.0f);
-  mg::launch_add(dx_routed.data(), dx_shared.data(), R * H, dn2, stream);
-  gemm32(*this, false, true, R, H, E, dlogits.data(), W.router.data(), dn2, 1.0f);
+  if (S && !c.sched.shared_expert) shared_bwd(*this, c, u, g, W, sh, n2, dy, dx_shared.data());  // TP: no step
+  comm::Comm ep = c.pg.ep;
+  run_steps(*this, c.sched.backward, [&](const moe::Step& st, cudaStream_t sm) {
+    ep.stream = sm;
+    const size_t ch = st.chunk >= 0 ? size_t(st.chunk) : 0;
+    DevChunk& b = rt.chunks[ch];
+    switch (st.op) {
+      case moe::StepOp::UnpermuteBwd:
+        mg::launch_unpermute_bwd<float>(dy + b.t0 * H, b.yp.data(), b.rows.data(), rt.w.data() + b.t0 * K, b.tokens(),
+                                        int(K), int(H), dyp[ch].data(), dw.data() + b.t0 * K, sm);
+        break;
+      case moe::StepOp::CombineBwd:  // output gradients travel the dispatch route
+        comm::all_to_all_v(ep, dyp[ch].data(), b.lay.send_counts.data(), b.lay.send_displs.data(), dyr[ch].data(),
+                           b.lay.recv_counts.data(), b.lay.recv_displs.data(), comm::DType::F32);
+        break;
+      case moe::StepOp::SharedBwd:
+        if (S) shared_bwd(*this, c, u, g, W, sh, n2, dy, dx_shared.data());
+        break;
+      case moe::StepOp::ExpertDgrad:
+        expert_dgrad(*this, c, W, b, dyr[ch].data(), dye[ch].data(), dh1[ch].data(), dx_src[ch].data(), H, F);
+        break;
+      case moe::StepOp::DispatchBwd:  // input gradients travel the combine route
+        comm::all_to_all_v(ep, dx_src[ch].data(), b.lay.recv_counts.data(), b.lay.recv_displs.data(), dxp[ch].data(),
+                           b.lay.send_counts.data(), b.lay.send_displs.data(), comm::DType::F32);
+        break;
+      case moe::StepOp::ExpertWgrad:  // delayed: every chunk's, after the last dgrad, chunk by chunk per expert
+        for (size_t k = 0; k < N; ++k) {
+          const DevChunk& bk = rt.chunks[k];
+          const std::vector<int64_t>& off = bk.gemm.expert_off;
+          for (int64_t e = 0; e + 1 < int64_t(off.size()); ++e) {
+            const int64_t r0 = off[size_t(e)], m = off[size_t(e) + 1] - r0;
+            if (!m) continue;
+            gemm32(*this, true, false, F, H, m, bk.act.data() + r0 * F, dye[k].data() + r0 * H,
+                   g.expert + u.off.w2 + e * F * H, 1.0f);
+            gemm32(*this, true, false, H, 2 * F, m, bk.xe.data() + r0 * H, dh1[k].data() + r0 * 2 * F,
+                   g.expert + u.off.w1 + e * H * 2 * F, 1.0f);
+          }
+        }
+        break;
+      case moe::StepOp::PermuteBwd:  // each token's K slot gradients summed in k order (weights 1)
+        mg::launch_unpermute<float>(dxp[ch].data(), b.rows.data(), nullptr, b.tokens(), int(K), int(H), nullptr,
+                                    nullptr, dx_routed.data() + b.t0 * H, sm);
+        break;
+      case moe::StepOp::RouterBwd: {
+        // dlogits from the routing weights' gradients and the saved probabilities; the expert bias takes no gradient.
+        DeviceBuf<float> dlogits = ws(size_t(R * E));
+        mg::launch_route_bwd(sv.probs.data(), rt.idx.data(), dw.data(), moe::router_params(cfg), int(R),
+                             dlogits.data(), sm);
+        gemm32(*this, true, false, H, E, R, n2, dlogits.data(), impl::gd(g, u.off.router), 1.0f);
+        mg::launch_add(dx_routed.data(), dx_shared.data(), R * H, dn2, sm);
+        gemm32(*this, false, true, R, H, E, dlogits.data(), W.router.data(), dn2, 1.0f);
+        break;
+      }
+      default:
+        throw std::logic_error(std::string("MoE backward schedule has a forward step: ") + moe::op_name(st.op));
+    }
+  });
 }
 
 }  // namespace lcplan::exec::cuda
