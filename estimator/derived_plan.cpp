@@ -78,8 +78,10 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
     case MixerKind::MLA: {
       const MlaSpec& ml = m.mla;
       const double heads = ml.heads / s.tp, qk = double(ml.qk_nope_head_dim) + ml.qk_rope_head_dim;
-      if (ml.q_lora_rank > 0) a.add((kBf16 + s.in) * s.local * ml.q_lora_rank);  // q_a output and its norm (q_b input)
-      a.add(kBf16 * s.local * (ml.kv_lora_rank + ml.qk_rope_head_dim) + s.in * s.local * ml.kv_lora_rank);  // kv_a out, norm
+      // The down-projections run on the sequence-parallel rows (Megatron-LM multi_latent_attention.py: duplicated over
+      // TP, the up-projections gather): q_a output and its norm (q_b input), kv_a output and its norm (kv_b input).
+      if (ml.q_lora_rank > 0) a.add((kBf16 + s.in) * s.hidden * ml.q_lora_rank);
+      a.add(kBf16 * s.hidden * (ml.kv_lora_rank + ml.qk_rope_head_dim) + s.in * s.hidden * ml.kv_lora_rank);
       a.add(kBf16 * s.local * heads * (2 * qk + ml.v_head_dim));                  // q, k, v after up-projection
       a.add(s.in * s.local * heads * ml.v_head_dim);                              // attention output (o_proj input)
       a.add(kFp32 * s.local * heads, true);                                       // log-sum-exp

@@ -23,6 +23,19 @@ Dims make_dims(const ModelSpec& m, int tp, int tp_rank, int etp, int etp_rank) {
   d.window = m.attn.sliding_window;
   // RoPE rotates an even number of leading dims (partial rotary: Qwen3.5 rotates a quarter of head_dim).
   d.rotary = std::max(0, int(m.attn.partial_rotary * m.attn.head_dim) / 2 * 2);
+  if (std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.mixer == MixerKind::MLA; })) {
+    const MlaSpec& a = m.mla;  // MLA models have no other attention (models/hf_config.cpp)
+    d.hq = d.hkv = a.heads / tp;
+    d.hd = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    d.rotary = a.qk_rope_head_dim;
+    d.gate = d.qk_norm = false;
+    d.window = 0;
+    d.mla_ql = a.q_lora_rank;
+    d.mla_kvl = a.kv_lora_rank;
+    d.mla_nope = a.qk_nope_head_dim;
+    d.mla_rope = a.qk_rope_head_dim;
+    d.mla_vd = a.v_head_dim;
+  }
   d.lk = m.linear.key_heads / tp;
   d.lv = m.linear.value_heads / tp;
   d.lv_first = tp_rank * d.lv;
@@ -167,7 +180,23 @@ std::vector<UnitLayout> model_units(const ModelSpec& m, const Dims& d, const Mod
       o.gnorm = b.vec("gated_norm", d.dv, Init::Ones, 0);
       o.w_out = b.row_par("w_out", {{t * vl, vl}}, H, fan_in(vg));
     } else {
-      throw std::logic_error("model_units: MLA layers are refused before the model is built");
+      // MLA (DeepSeek-V3, HF DeepseekV3Attention): down-projections and their norms whole on every TP rank, the
+      // up-projections column-parallel by heads, o_proj row-parallel. q / q_b columns per head [rope | nope] (a
+      // permutation of HF's [nope | rope]: attention sums over the dims, so the model is the same), kv_b columns per
+      // head [k_nope | v].
+      const size_t hg = m.mla.heads, hl = d.hq, qk = d.hd, kvb = size_t(d.mla_nope + d.mla_vd), vd = d.mla_vd;
+      const size_t ql = d.mla_ql, kvl = d.mla_kvl, kva = size_t(d.mla_kvl + d.mla_rope);
+      if (ql > 0) {
+        o.mla_qa = b.add("mla_q_a", ql, {{0, H}}, {{0, ql}}, Init::Uniform, fan_in(H), false, true);
+        o.mla_qa_norm = b.vec("mla_q_a_norm", ql, Init::Ones, 0);
+        o.mla_q = b.col_par("mla_q_b", ql, hg * qk, {{t * hl * qk, hl * qk}}, fan_in(ql));
+      } else {
+        o.mla_q = b.col_par("mla_q", H, hg * qk, {{t * hl * qk, hl * qk}}, fan_in(H));
+      }
+      o.mla_kva = b.add("mla_kv_a", kva, {{0, H}}, {{0, kva}}, Init::Uniform, fan_in(H), false, true);
+      o.mla_kv_norm = b.vec("mla_kv_a_norm", kvl, Init::Ones, 0);
+      o.mla_kvb = b.col_par("mla_kv_b", kvl, hg * kvb, {{t * hl * kvb, hl * kvb}}, fan_in(kvl));
+      o.wo = b.row_par("w_o", {{t * hl * vd, hl * vd}}, H, fan_in(hg * vd));
     }
     o.norm2 = b.vec("norm2", H, Init::Ones, 0);
     if (l.ffn == FfnKind::Dense) {

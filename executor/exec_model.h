@@ -30,6 +30,12 @@ struct Dims {
   int vdim() const { return lv * dv; }  // v, z and output width
   int conv_channels() const { return 2 * kdim() + vdim(); }
   int in_proj_cols() const { return 2 * kdim() + 2 * vdim() + 2 * lv; }  // q, k, v, z, b, a
+  // multi-head latent attention (DeepSeek-V3): the core attention runs on the fields above with hq = hkv = this rank's
+  // heads, hd = nope + rope (q and k laid out [rope | nope] per head, so RoPE turns the leading `rotary` = rope dims)
+  // and v zero-padded from mla_vd to hd; the down-projections are whole on every TP rank (Megatron "duplicated")
+  int mla_ql = 0, mla_kvl = 0, mla_nope = 0, mla_rope = 0, mla_vd = 0;  // q_lora (0: no query compression), kv_lora
+  int mla_v_cols() const { return hq * mla_vd; }
+  int mla_kvb_cols() const { return hq * (mla_nope + mla_vd); }  // kv_b output: [k_nope | v] per head
   // attention projection columns: q, gate (when gated), k, v
   int q_cols() const { return hq * hd; }
   int kv_cols() const { return hkv * hd; }
@@ -73,7 +79,8 @@ size_t global_index(const TensorSpec& t, size_t i);
 // Offsets of a decoder layer's tensors (dense array unless noted).
 struct LayerOffsets {
   size_t norm1 = 0, norm2 = 0;
-  size_t w_qkv = 0, wo = 0, q_norm = 0, k_norm = 0;                       // full attention
+  size_t w_qkv = 0, wo = 0, q_norm = 0, k_norm = 0;                       // full attention (and MLA's wo)
+  size_t mla_qa = 0, mla_qa_norm = 0, mla_q = 0, mla_kva = 0, mla_kv_norm = 0, mla_kvb = 0;  // MLA
   size_t w_in = 0, conv = 0, a_log = 0, dt_bias = 0, gnorm = 0, w_out = 0;  // gated DeltaNet
   size_t mlp_w1 = 0, mlp_w2 = 0;                                          // dense MLP
   size_t router = 0, expert_bias = 0, shared_w1 = 0, shared_w2 = 0, shared_gate = 0;  // MoE, dense part

@@ -1,4 +1,4 @@
-// Decoder layers of lcplan-exec (full attention, gated DeltaNet, dense SwiGLU, MoE), the embedding and the loss,
+// Decoder layers of lcplan-exec (full attention, gated DeltaNet, MLA, dense SwiGLU, MoE), the embedding and the loss,
 // forward and backward, with the saved tensors the estimator counts (estimator/derived_plan.cpp layer_activation):
 // each saved tensor is a bf16 (or fp32 where the estimator says fp32) Buf charged to activations, and a tensor the
 // plan's recompute mode drops is rebuilt in the layer's backward. See executor/README.md "Memory mapping".
@@ -59,6 +59,9 @@ struct BasicLayerSaved {
   B<bf16> o;                 // attention output
   B<float> lse;              // fp32 log-sum-exp [chunk][heads x chunk_len] (dropped by selective)
   B<bf16> gate, go;          // output gate and gated output (o_proj input)
+  // MLA (q, k, v, o, lse and n1 above: q and k [heads x (rope | nope)], v and o [heads x v_head_dim])
+  B<bf16> mla_qa, mla_qn;    // q_a output and its norm (q_b input), this rank's rows (with query compression)
+  B<bf16> mla_kva, mla_kvn;  // kv_a output [kv_lora | rope key] and its norm (kv_b input), this rank's rows
   // gated DeltaNet
   B<bf16> proj;              // in_proj outputs q, k, v, z, b, a
   B<bf16> conv;              // conv1d + SiLU outputs (delta-rule q, k, v)

@@ -7,8 +7,7 @@
 // parallelism), gated DeltaNet (with its CP state passing), dense SwiGLU MLPs, the expert-parallel MoE FFN with its
 // chunked all-to-alls and expert tensor parallelism (moe_cuda.cpp), the embedding and the linear-CE loss, with TP +
 // sequence parallelism (fp32 partial sums reduce-scattered, where the host reduces fp64) and every recompute mode.
-// Refused with one sentence (device_layer_support_error): MLA. The
-// materialized-logits loss is the linear-CE kernel with one tile of every local token by the whole vocabulary shard:
+// And multi-head latent attention (layers_impl.h mla_fwd / mla_bwd on the same ops). The materialized-logits loss is the linear-CE kernel with one tile of every local token by the whole vocabulary shard:
 // the fp32 logits held at once, as Megatron's vocab-parallel cross-entropy holds them.
 #pragma once
 

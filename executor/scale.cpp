@@ -82,6 +82,22 @@ ModelSpec scale_model(const ModelSpec& m, const ScaleOptions& s, const Parallel&
       note(notes, "head_dim", m.attn.head_dim, o.attn.head_dim);
       note(notes, "sliding_window", m.attn.sliding_window, o.attn.sliding_window);
     }
+    if (m.mla.heads > 0) {
+      MlaSpec& a = o.mla;
+      const int f = head_factor(k, {m.mla.heads}, {tp});
+      a.heads = m.mla.heads / f;
+      a.q_lora_rank = m.mla.q_lora_rank > 0 ? width(m.mla.q_lora_rank, k) : 0;
+      a.kv_lora_rank = width(m.mla.kv_lora_rank, k);
+      a.qk_nope_head_dim = width(m.mla.qk_nope_head_dim, k / f);
+      a.qk_rope_head_dim = width(m.mla.qk_rope_head_dim, k / f);  // a multiple of 8: RoPE's dims stay even
+      a.v_head_dim = width(m.mla.v_head_dim, k / f);
+      note(notes, "MLA heads", m.mla.heads, a.heads);
+      note(notes, "q_lora_rank", m.mla.q_lora_rank, a.q_lora_rank);
+      note(notes, "kv_lora_rank", m.mla.kv_lora_rank, a.kv_lora_rank);
+      note(notes, "qk_nope_head_dim", m.mla.qk_nope_head_dim, a.qk_nope_head_dim);
+      note(notes, "qk_rope_head_dim", m.mla.qk_rope_head_dim, a.qk_rope_head_dim);
+      note(notes, "v_head_dim", m.mla.v_head_dim, a.v_head_dim);
+    }
     if (m.linear.key_heads > 0) {
       const int f = head_factor(k, {m.linear.key_heads, m.linear.value_heads}, {std::max(1, q.cp * tp), tp});
       o.linear.key_heads = m.linear.key_heads / f;
@@ -183,10 +199,6 @@ std::string executor_support_error(const ModelSpec& m, const Plan& p) {
     return "the interleaved pipeline schedule needs the microbatches per step (" +
            std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of pp = " +
            std::to_string(q.pp) + "; change global_batch";
-  for (const LayerSpec& l : m.layers)
-    if (l.mixer == MixerKind::MLA)
-      return "model " + m.name + " has MLA (multi-head latent attention) layers, which lcplan-exec lacks (it runs full "
-             "attention, gated DeltaNet, dense SwiGLU and MoE layers)";
   if (m.attn.sinks || m.attn.qkv_bias || m.attn.o_bias)
     return "model " + m.name + " has attention biases or softmax sinks, which lcplan-exec lacks (it runs bias-free "
            "full attention and gated DeltaNet)";

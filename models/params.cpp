@@ -29,19 +29,20 @@ void linear_attention(const ModelSpec& m, LayerParams& p) {
 }
 
 // Multi-head latent attention. Source: DeepSeek-V3 report (arXiv 2412.19437) section 2.1.1 / HF DeepseekV3Attention.
+// The down-projections (q_a, kv_a) are whole on every TP rank: Megatron-LM builds linear_q_down_proj and
+// linear_kv_down_proj with parallel_mode "duplicated" (megatron/core/transformer/multi_latent_attention.py).
 void mla(const ModelSpec& m, LayerParams& p) {
   const MlaSpec& a = m.mla;
   const double h = m.hidden, qk = double(a.qk_nope_head_dim) + a.qk_rope_head_dim;
   if (a.q_lora_rank > 0) {
-    p.mixer += h * a.q_lora_rank + double(a.q_lora_rank) * a.heads * qk;
-    p.mixer_replicated += a.q_lora_rank;
+    p.mixer_replicated += h * a.q_lora_rank + a.q_lora_rank;  // q_a and its norm
+    p.mixer += double(a.q_lora_rank) * a.heads * qk;            // q_b
   } else {
     p.mixer += h * a.heads * qk;
   }
-  p.mixer += h * (double(a.kv_lora_rank) + a.qk_rope_head_dim);                              // kv_a (+ shared rope key)
+  p.mixer_replicated += h * (double(a.kv_lora_rank) + a.qk_rope_head_dim) + a.kv_lora_rank;  // kv_a (+ rope key), norm
   p.mixer += double(a.kv_lora_rank) * a.heads * (double(a.qk_nope_head_dim) + a.v_head_dim);  // kv_b
   p.mixer += double(a.heads) * a.v_head_dim * h;                                              // o_proj
-  p.mixer_replicated += a.kv_lora_rank;
 }
 
 double mlp(const ModelSpec& m, double ffn, bool bias) {

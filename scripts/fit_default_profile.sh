@@ -31,3 +31,12 @@ json.dump(d, open(sys.argv[1], "w"), indent=2)
 PY
 "$lcplan" validate --measurements "${runs[@]}" --calibration "$tmp" --out-profile data/calibration/default.json | tail -20
 rm -f "$tmp"
+# validate names the stored profile after the file it read (the temporary one): give it its own name back.
+python3 - <<'PY'
+import json
+p = "data/calibration/default.json"
+d = json.load(open(p))
+d["name"] = "default"
+json.dump(d, open(p, "w"), indent=2)
+open(p, "a").write("\n")
+PY

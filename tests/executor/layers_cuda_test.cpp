@@ -2,7 +2,7 @@
 // inputs: one rank, one GPU. A full-attention + SwiGLU layer (plain, and gated with q/k norm, partial RoPE and a
 // sliding window), a gated DeltaNet + SwiGLU layer and Qwen3.5's gated DeltaNet + MoE layer (routed experts in two EP
 // chunks, the gated shared expert) forward and backward under every recompute mode, the loss
-// (linear CE and materialized logits) and the embedding. Both run
+// (linear CE and materialized logits) and the embedding; and DeepSeek-V3's MLA layer. Both run
 // layers_impl.h, so the test checks the device ops and kernels in place and that the device layer saves the same
 // activation bytes; skips itself without a usable device.
 //
@@ -64,14 +64,17 @@ std::vector<float> bf16_values(size_t n, uint64_t seed, float scale) {
 }
 
 // The layer a case runs: Llama's attention, Qwen3.5's gated attention or gated DeltaNet (with a SwiGLU MLP), or
-// Qwen3.5's gated DeltaNet with its MoE FFN.
-enum class Mixer { Llama, GatedAttention, GatedDeltaNet, GatedDeltaNetMoe };
-constexpr Mixer kMixers[] = {Mixer::Llama, Mixer::GatedAttention, Mixer::GatedDeltaNet, Mixer::GatedDeltaNetMoe};
+// Qwen3.5's gated DeltaNet with its MoE FFN, or DeepSeek-V3's MLA.
+enum class Mixer { Llama, GatedAttention, GatedDeltaNet, GatedDeltaNetMoe, Mla };
+constexpr Mixer kMixers[] = {Mixer::Llama, Mixer::GatedAttention, Mixer::GatedDeltaNet, Mixer::GatedDeltaNetMoe,
+                             Mixer::Mla};
 constexpr int kMoeChunks = 2;  // EP chunks of the MoE case (one rank: the chunks split its tokens)
 
 // The model a case runs: Llama-3.1-8B scaled by 32 to one layer, with Qwen3.5's attention features or its gated
 // DeltaNet (Qwen3.5-35B-A3B's, scaled the same way) in place of the attention.
 ModelSpec case_model(Mixer mixer) {
+  if (mixer == Mixer::Mla)  // DeepSeek-V3's first layer: MLA with query compression, a dense MLP
+    return executor_case(zoo("deepseek-v3"), make_plan("deepseek-v3", {.seq = 8192}), {32, 1}).model;
   Plan p = make_plan("llama-3.1-8b", {.seq = 8192});
   ModelSpec m = executor_case(zoo("llama-3.1-8b"), p, {32, 1}).model;
   if (mixer == Mixer::GatedDeltaNet || mixer == Mixer::GatedDeltaNetMoe) {
@@ -146,6 +149,7 @@ std::string case_name(Mixer mixer, Keep keep) {
   const char* name = mixer == Mixer::Llama            ? "llama attention"
                      : mixer == Mixer::GatedAttention ? "gated attention"
                      : mixer == Mixer::GatedDeltaNet  ? "gated DeltaNet"
+                     : mixer == Mixer::Mla            ? "MLA"
                                                       : "gated DeltaNet + MoE";
   return std::string(name) + ", keep " + std::to_string(int(keep));
 }
@@ -316,9 +320,7 @@ TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
   std::vector<LayerSpec> gdn = m.layers;
   gdn[0].mixer = MixerKind::LinearAttention;
   EXPECT_EQ(cuda::device_layer_support_error(gdn), "");
-  std::vector<LayerSpec> mla = m.layers;
-  mla[0].mixer = MixerKind::MLA;
-  EXPECT_NE(cuda::device_layer_support_error(mla).find("MLA layers run on --backend cpu"), std::string::npos);
+  EXPECT_EQ(cuda::device_layer_support_error(case_model(Mixer::Mla).layers), "");
   Plan p = make_plan("llama-3.1-8b", {.gpus = 2, .pp = 2});
   EXPECT_EQ(cuda::device_support_error(m, p), "");  // stage-to-stage links (comm::make_pipe_links)
   p = make_plan("llama-3.1-8b", {.gpus = 2, .tp = 2});

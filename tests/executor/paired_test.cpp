@@ -2,7 +2,8 @@
 // the same second loss) under one rank and under every parallel layout and option the executor runs: DP, dist_opt,
 // FSDP, CP 2, EP 2 and 4, chunked and unchunked EP, linear CE and materialized logits, every recompute mode, PP 2 and
 // 4 with 1F1B and the interleaved schedule (even, first/last and explicit splits), TP 2 and 4 with sequence
-// parallelism, ETP 2, a tied embedding across stages, and TP + PP + CP + EP together (8 ranks).
+// parallelism, ETP 2, a tied embedding across stages, multi-head latent attention, and TP + PP + CP + EP together
+// (8 ranks).
 // Recompute modes rebuild bit-identical tensors (ops.h), so they must match the baseline exactly.
 #include <gtest/gtest.h>
 
@@ -217,6 +218,29 @@ TEST(PairedBaselines, TensorQwen35) {
                 {"tp 2 etp 2 full", t(c(2, 1, 1, OS::None, RC::Full), 2, 1, 1, 2)},
                 {"tp 2 cp 2 fsdp", t(c(4, 2, 1, OS::Fsdp), 2, 1)},
                 {"tp 2 pp 2 ep 2 full", t(c(4, 1, 2, OS::DistOpt, RC::Full), 2, 2)},
+            });
+}
+
+// Multi-head latent attention (DeepSeek-V3: query compression, the sigmoid group-limited router; Moonlight: no query
+// compression): the duplicated down-projections and the shared rope key under TP (their gradients summed over TP),
+// the padded-v core attention under CP, every recompute mode, and with EP, PP and FSDP.
+TEST(PairedBaselines, MultiHeadLatentAttention) {
+  run_pairs("deepseek-v3", 64, 16384,
+            {
+                {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
+                {"full recompute", c(1, 1, 1, OS::None, RC::Full), true},
+                {"dp 2 ep 2", c(2, 1, 2, OS::DistOpt)},
+                {"cp 2", c(2, 2, 1)},
+                {"tp 2", t(c(2, 1, 1), 2, 1)},
+                {"tp 2 selective", t(c(2, 1, 1, OS::None, RC::Selective), 2, 1)},
+                {"tp 2 cp 2 fsdp", t(c(4, 2, 1, OS::Fsdp), 2, 1)},
+                {"pp 2 ep 2 full", t(c(4, 1, 2, OS::DistOpt, RC::Full), 1, 2)},
+            });
+  run_pairs("moonlight-16b-a3b", 64, 16384,
+            {
+                {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
+                {"tp 2 ep 2", t(c(2, 1, 2), 2, 1)},
+                {"cp 2 full", c(2, 2, 1, OS::None, RC::Full)},
             });
 }
 

@@ -75,6 +75,11 @@ const StepCase kCases[] = {
     // reduce-scattered back.
     {"moe_etp2_chunks2_full", {.gpus = 2, .ep_chunks = 2, .etp = 2, .seq = 8192, .recompute = Recompute::Full}, 1, false,
      kQwen},
+    // DeepSeek-V3 scaled: MLA (query compression, the shared rope key, v padded for the core attention) with dense
+    // and MoE layers (the sigmoid group-limited router), on one GPU, under TP and under CP with EP.
+    {"one_gpu_mla_selective", {.gpus = 1, .seq = 8192, .recompute = Recompute::Selective}, 1, false, "deepseek-v3"},
+    {"mla_tp2", {.gpus = 2, .tp = 2, .seq = 8192}, 1, false, "deepseek-v3"},
+    {"mla_cp2_ep2", {.gpus = 2, .cp = 2, .ep = 2, .seq = 8192}, 1, false, "deepseek-v3"},
 };
 
 ScaledCase scaled(const StepCase& k) {

@@ -103,9 +103,10 @@ json mla_toy() {
 TEST(ToyParams, MlaWithQueryLora) {
   const ModelSpec m = model_from_hf_config(mla_toy(), "toy");
   const LayerParams p = layer_params(m, m.layers[0]);
-  // q_a 8*4 = 32, q_b 4*2*(2+1) = 24, kv_a 8*(3+1) = 32, kv_b 3*2*(2+2) = 24, o 2*2*8 = 32
-  EXPECT_DOUBLE_EQ(p.mixer, 144);
-  EXPECT_DOUBLE_EQ(p.mixer_replicated, 4 + 3);  // q_a and kv_a layernorms
+  // q_a 8*4 = 32, q_b 4*2*(2+1) = 24, kv_a 8*(3+1) = 32, kv_b 3*2*(2+2) = 24, o 2*2*8 = 32; the down-projections
+  // q_a and kv_a and their layernorms are whole on every TP rank (Megatron-LM: parallel_mode "duplicated")
+  EXPECT_DOUBLE_EQ(p.mixer, 24 + 24 + 32);
+  EXPECT_DOUBLE_EQ(p.mixer_replicated, 32 + 4 + 32 + 3);
   const ParamCounts c = count_params(m);
   // layer 0: 144 + 7 + dense 3*8*6 = 144 + 16 = 311; layer 1: 144 + 7 + experts 192 + shared 48 + router 8*4 + 4 bias + 16 = 443
   EXPECT_DOUBLE_EQ(c.total, 311 + 443 + 168);
@@ -119,9 +120,9 @@ TEST(ToyParams, MlaWithoutQueryLora) {
   const ModelSpec m = model_from_hf_config(cfg, "toy");
   EXPECT_EQ(m.mla.q_lora_rank, 0);
   const LayerParams p = layer_params(m, m.layers[0]);
-  // q 8*2*3 = 48 replaces q_a + q_b; only the kv_a layernorm remains replicated
-  EXPECT_DOUBLE_EQ(p.mixer, 48 + 32 + 24 + 32);
-  EXPECT_DOUBLE_EQ(p.mixer_replicated, 3);
+  // q 8*2*3 = 48 (column-parallel) replaces q_a + q_b; kv_a and its layernorm remain replicated
+  EXPECT_DOUBLE_EQ(p.mixer, 48 + 24 + 32);
+  EXPECT_DOUBLE_EQ(p.mixer_replicated, 32 + 3);
   EXPECT_DOUBLE_EQ(count_params(m).total, 922 - 2 * 12);
 }
 
