@@ -1,5 +1,5 @@
-// lcplan-exec: run a plan on CPUs (every parallel dimension) or GPUs (--backend cuda: what
-// executor/executor_cuda.h device_support_error accepts) under mpirun, and write the measurement record
+// lcplan-exec: run a plan on CPUs or GPUs (--backend cuda, executor/executor_cuda.h) under mpirun, every parallel
+// dimension on both, and write the measurement record
 // (executor/README.md).
 //   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
 //                                 [--seed S] [--timeout SECONDS] [--phase-trace trace.json] [--cupti]
@@ -114,9 +114,8 @@ Args parse(int argc, char** argv) {
 }
 
 #ifdef LCPLAN_EXEC_HAVE_CUDA
-// --backend cuda on this rank: what the GPU backend runs, and a device to run it on.
-void check_cuda_backend(const lcplan::exec::ScaledCase& sc) {
-  if (const std::string e = lcplan::exec::cuda::device_support_error(sc.model, sc.plan); !e.empty()) throw UserError(e);
+// --backend cuda on this rank: a device to run it on (the GPU backend runs whatever the CPU backend runs).
+void check_cuda_backend() {
   if (!lcplan::gpu::device_available()) throw UserError("--backend cuda: no usable CUDA device on this rank");
 }
 
@@ -202,7 +201,7 @@ lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm& world, const lcplan:
   return r;
 }
 #else
-void check_cuda_backend(const lcplan::exec::ScaledCase&) {
+void check_cuda_backend() {
   throw UserError("--backend cuda: this lcplan-exec was built without CUDA (no nvcc when it was configured); use "
                   "--backend cpu");
 }
@@ -272,7 +271,7 @@ int main(int argc, char** argv) {
       sc = lcplan::exec::executor_case(model, plan, {a.scale, a.layers});
       // What runs must split over the plan's ranks too (vocabulary and widths over tp after scaling).
       if (const std::string e = lcplan::exec::executor_support_error(sc.model, sc.plan); !e.empty()) throw UserError(e);
-      if (a.backend == "cuda") check_cuda_backend(sc);
+      if (a.backend == "cuda") check_cuda_backend();
       // The executor's own implementation constants (its workspace reservation, its linear-CE tile).
       const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir),
                                                               lcplan::load_hardware(plan.hardware, dir).name, "lcplan-exec");

@@ -77,7 +77,6 @@ struct HostBackend {
   using Buf = exec::Buf<T>;
   using Ops = HostOps;
   using Store = ParamStore;
-  std::string support_error(const ModelSpec&, const Plan&) const { return ""; }
   comm::ProcessGroups groups(const comm::Comm& world, const RankLayout& l) const {
     return comm::make_process_groups(world, l);
   }

@@ -11,9 +11,6 @@
 
 namespace lcplan::exec::cuda {
 
-// Every layout and loss of the step runs on the device: what the layers lack decides.
-std::string device_support_error(const ModelSpec& m, const Plan&) { return device_layer_support_error(m.layers); }
-
 namespace {
 
 // The GPU backend of the step (step_impl.h).
@@ -26,7 +23,6 @@ struct DeviceBackend {
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
 
-  std::string support_error(const ModelSpec& m, const Plan& p) const { return device_support_error(m, p); }
   comm::ProcessGroups groups(const comm::Comm&, const RankLayout& l) const {
     return comm::make_process_groups(nccl_world, l);
   }

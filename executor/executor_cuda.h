@@ -1,7 +1,8 @@
 // lcplan-exec's step on GPUs: the step of step_impl.h (the one the CPU backend runs and its tests check) on
 // DeviceBackend: the device layers (layers_cuda.h), the device parameter store on NCCL groups (param_store_cuda.h),
 // a compute stream per rank and a send stream per outgoing pipeline link. A phase's time is read on the host clock after the stream has drained, so it is the device's
-// time for the phase plus the host's launch gaps. Runs what device_support_error accepts.
+// time for the phase plus the host's launch gaps. Runs every model and plan the CPU backend runs
+// (executor_support_error decides for both).
 #pragma once
 
 #include <string>
@@ -12,10 +13,6 @@
 #include "executor/executor.h"
 
 namespace lcplan::exec::cuda {
-
-// Empty when the GPU backend runs this (already scaled) model and plan, else one sentence naming what the device
-// layers lack (device_layer_support_error).
-std::string device_support_error(const ModelSpec& m, const Plan& p);
 
 // run_executor's contract on GPUs. `nccl_world` spans the ranks of `world` in the same order (comm::world_nccl on
 // `stream`, each rank on its own device); `blas` is bound to `stream`. `world` (MPI) carries the host-side reports.

@@ -13,8 +13,6 @@
 
 namespace lcplan::exec::cuda {
 
-std::string device_layer_support_error(const std::vector<LayerSpec>&) { return ""; }
-
 namespace {
 
 // Scratch for one call, charged to `cat` while the call's work is queued (freed in the stream's order).

@@ -26,9 +26,6 @@ namespace lcplan::exec::cuda {
 
 using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
 
-// Empty when the device layers run these layers, else one sentence naming what they lack.
-std::string device_layer_support_error(const std::vector<LayerSpec>& layers);
-
 // The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
 // enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and
 // attention backward workspaces, linear-CE tiles) is a DeviceBuf per call, charged while the call runs.

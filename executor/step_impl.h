@@ -1,7 +1,6 @@
 // lcplan-exec's training step, once for both backends (executor/README.md): the step below is the CPU backend's
 // (executor.cpp, HostBackend) and the GPU backend's (executor_cuda.cpp, DeviceBackend). A Backend offers
 //   template <class T> using Buf; using Ops; using Store;     buffers, layer ops (layers_impl.h), parameter store
-//   support_error(m, p)    what this backend does not run, one sentence or empty
 //   groups(world, layout)  the process groups (MPI, or NCCL on the step's stream)
 //   mem()                  the store's memory policy; ops(tracker): the layers' Ops
 //   ids(tracker, vector)   token ids or targets where the layers read them (charged as workspace)
@@ -82,7 +81,6 @@ struct Step {
   static ExecResult run(const comm::Comm& world, const ModelSpec& m, const Plan& p, const ExecOptions& o, Backend& be) {
     const auto t_setup = Clock::now();
     if (const std::string e = executor_support_error(m, p); !e.empty()) throw UserError(e);
-    if (const std::string e = be.support_error(m, p); !e.empty()) throw UserError(e);
     require_valid_plan(m, p);
     if (p.gpus != world.size)
       throw UserError("the plan is for gpus = " + std::to_string(p.gpus) + " ranks but the job has " +

@@ -310,29 +310,5 @@ TEST_F(LayersCuda, LossAndEmbeddingMatchTheHost) {
   }
 }
 
-// What the device layers and step refuse, named in one sentence (pure: runs everywhere).
-TEST(DeviceLayerSupport, NamesWhatTheDeviceLacks) {
-  const ModelSpec m = case_model(Mixer::Llama);
-  EXPECT_EQ(cuda::device_layer_support_error(m.layers), "");
-  std::vector<LayerSpec> moe = m.layers;
-  moe[0].ffn = FfnKind::MoE;
-  EXPECT_EQ(cuda::device_layer_support_error(moe), "");
-  std::vector<LayerSpec> gdn = m.layers;
-  gdn[0].mixer = MixerKind::LinearAttention;
-  EXPECT_EQ(cuda::device_layer_support_error(gdn), "");
-  EXPECT_EQ(cuda::device_layer_support_error(case_model(Mixer::Mla).layers), "");
-  Plan p = make_plan("llama-3.1-8b", {.gpus = 2, .pp = 2});
-  EXPECT_EQ(cuda::device_support_error(m, p), "");  // stage-to-stage links (comm::make_pipe_links)
-  p = make_plan("llama-3.1-8b", {.gpus = 2, .tp = 2});
-  EXPECT_EQ(cuda::device_support_error(m, p), "");
-  p = make_plan("llama-3.1-8b", {.gpus = 2, .cp = 2});
-  EXPECT_EQ(cuda::device_support_error(m, p), "");
-  // MoE layers: EP and its chunks, TP's sharded shared expert and ETP, all on the device.
-  const ModelSpec q = case_model(Mixer::GatedDeltaNetMoe);
-  EXPECT_EQ(cuda::device_support_error(q, make_plan("qwen3.5-35b-a3b", {.gpus = 2, .ep = 2, .ep_chunks = 2})), "");
-  EXPECT_EQ(cuda::device_support_error(q, make_plan("qwen3.5-35b-a3b", {.gpus = 2, .tp = 2})), "");
-  EXPECT_EQ(cuda::device_support_error(q, make_plan("qwen3.5-35b-a3b", {.gpus = 4, .ep = 2, .etp = 2})), "");
-}
-
 }  // namespace
 }  // namespace lcplan::exec::tests

@@ -109,7 +109,7 @@ TEST(StepCuda, HostStepsRun) {
     if (k.args.gpus != w.c.size) continue;
     ++ran;
     const ScaledCase sc = scaled(k);
-    ASSERT_EQ(cuda::device_support_error(sc.model, sc.plan), "") << k.name;
+    ASSERT_EQ(executor_support_error(sc.model, sc.plan), "") << k.name;
     const ExecResult r = run_executor(w.c, sc.model, sc.plan, options());
     ASSERT_EQ(r.loss.size(), 2u) << k.name;
     EXPECT_TRUE(std::isfinite(r.loss[0]) && r.loss[0] > 0) << k.name;
