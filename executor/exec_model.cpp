@@ -20,6 +20,7 @@ Dims make_dims(const ModelSpec& m, int tp, int tp_rank, int etp, int etp_rank) {
   d.hd = m.attn.head_dim;
   d.gate = m.attn.output_gate;
   d.qk_norm = m.attn.qk_norm;
+  d.qkv_bias = m.attn.qkv_bias;
   d.window = m.attn.sliding_window;
   // RoPE rotates an even number of leading dims (partial rotary: Qwen3.5 rotates a quarter of head_dim).
   d.rotary = std::max(0, int(m.attn.partial_rotary * m.attn.head_dim) / 2 * 2);
@@ -160,6 +161,9 @@ std::vector<UnitLayout> model_units(const ModelSpec& m, const Dims& d, const Mod
       cols.push_back({gq * qg + t * kvl, kvl});
       cols.push_back({gq * qg + kvg + t * kvl, kvl});
       o.w_qkv = b.col_par("w_qkv", H, gq * qg + 2 * kvg, cols, fan_in(H));
+      // q/k/v biases (GLM-4.5 attention_bias; gated models have none): column-parallel like the weight. Initialised
+      // non-zero (HF zeroes them) so that their gradients are tested.
+      if (d.qkv_bias) o.b_qkv = b.add("b_qkv", gq * qg + 2 * kvg, {{0, 1}}, cols, Init::Uniform, 0.1f);
       o.wo = b.row_par("w_o", {{t * ql, ql}}, H, fan_in(qg));
       if (d.qk_norm) {
         o.q_norm = b.vec("q_norm", d.hd, Init::Ones, 0);

@@ -68,6 +68,8 @@ struct HostOps {
     exec::rmsnorm_bwd(x, w, dy, dx, dw, rows, h, accumulate_dx);
   }
   void output_gate(const float* o, const float* gate, float* go, size_t n) { exec::output_gate(o, gate, go, n); }
+  void add_bias(float* y, const bf16* b, int64_t rows, int64_t n) { exec::add_bias(y, b, rows, n); }
+  void bias_bwd(const float* dy, int64_t rows, int64_t n, float* db) { exec::bias_bwd(dy, rows, n, db); }
   void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n) {
     exec::output_gate_bwd(dgo, o, gate, d_o, d_gate, n);
   }

@@ -41,6 +41,10 @@ DeviceBuf<float> DeviceOps::widen(const bf16* x, size_t n) {
 }
 
 void DeviceOps::round(float* x, size_t n) { round_bf16_inplace(x, n, stream); }
+void DeviceOps::add_bias(float* y, const bf16* b, int64_t rows, int64_t n) { cuda::add_bias(y, b, rows, n, stream); }
+void DeviceOps::bias_bwd(const float* dy, int64_t rows, int64_t n, float* db) {
+  cuda::bias_bwd(dy, rows, n, db, stream);
+}
 void DeviceOps::to_bf16(const float* x, bf16* y, size_t n) { cuda::to_bf16(x, y, n, stream); }
 void DeviceOps::copy(const float* src, size_t n, float* dst) {
   if (n) CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));

@@ -64,6 +64,8 @@ struct DeviceOps {
   void rmsnorm_bwd(const float* x, const bf16* w, const float* dy, float* dx, float* dw, int64_t rows, int64_t h,
                    bool accumulate_dx);
   void output_gate(const float* o, const float* gate, float* go, size_t n);
+  void add_bias(float* y, const bf16* b, int64_t rows, int64_t n);
+  void bias_bwd(const float* dy, int64_t rows, int64_t n, float* db);
   void output_gate_bwd(const float* dgo, const float* o, const float* gate, float* d_o, float* d_gate, size_t n);
   void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f);
   void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f);

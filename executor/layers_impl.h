@@ -193,6 +193,7 @@ QKV<Ops> project_qkv(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, con
   const int64_t T = c.tokens, qc = d.q_cols(), kvc = d.kv_cols(), P = d.qkv_cols();
   WsOf<Ops> P_ = o.ws(size_t(T * P));
   o.matmul(n1, wd(w, u.off.w_qkv), P_.data(), T, d.H, P);
+  if (d.qkv_bias) o.add_bias(P_.data(), wd(w, u.off.b_qkv), T, P);
   o.round(P_.data(), P_.size());
   QKV<Ops> r{o.ws(size_t(T * qc)), o.ws(d.gate ? size_t(T * qc) : 0), o.ws(size_t(T * kvc)), o.ws(size_t(T * kvc))};
   int64_t col = 0;
@@ -329,6 +330,7 @@ void attention_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const
   col += kvc;
   o.cols_in(dP.data(), P, 0, T, col, kvc, dv.data());
   o.col_parallel_bwd(c, n1.p, wd(w, u.off.w_qkv), dP.data(), dn1, gd(g, u.off.w_qkv), H, P);
+  if (d.qkv_bias) o.bias_bwd(dP.data(), T, P, gd(g, u.off.b_qkv));
 }
 
 // ---------------------------------------------------------------- multi-head latent attention (DeepSeek-V3)

@@ -9,6 +9,19 @@
 
 namespace lcplan::exec {
 
+void add_bias(float* y, const bf16* b, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) y[r * n + j] += bf16_to_float(b[j]);
+}
+
+void bias_bwd(const float* dy, int64_t rows, int64_t n, float* db) {
+  for (int64_t j = 0; j < n; ++j) {
+    float s = 0;
+    for (int64_t r = 0; r < rows; ++r) s += dy[r * n + j];
+    db[j] += s;
+  }
+}
+
 void round_bf16_inplace(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }

@@ -65,6 +65,10 @@ void output_gate_bwd(const float* dgo, const float* o, const float* gate, float*
 void embedding_rows(const bf16* table, const int64_t* tokens, int64_t T, int64_t h, int64_t V0, int64_t Vl, float* out);
 void embedding_rows_bwd(const int64_t* tokens, const float* dy, int64_t T, int64_t h, int64_t V0, int64_t Vl, float* g);
 
+// y[r, j] += b[j] over rows x n (a linear layer's bias, bf16); backward: db[j] += the column sums of dy, rows in order.
+void add_bias(float* y, const bf16* b, int64_t rows, int64_t n);
+void bias_bwd(const float* dy, int64_t rows, int64_t n, float* db);
+
 // act[rows x f] = silu(h1[:, :f]) * h1[:, f:]  (h1 rows are [gate | up], kernels/moe/moe_math.h)
 void swiglu_fwd(const float* h1, float* act, int64_t rows, int64_t f);
 void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, int64_t f);

@@ -186,6 +186,20 @@ __global__ void gdn_gates_dw_kernel(const float* proj, int64_t P, int64_t acol, 
   d_a_log[h] = salog;
 }
 
+__global__ void add_bias_kernel(float* y, const bf16* b, int64_t rows, int64_t n) {
+  const size_t total = size_t(rows) * size_t(n);
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x)
+    y[i] += bf16_to_float(b[i % size_t(n)]);
+}
+
+__global__ void bias_bwd_kernel(const float* dy, int64_t rows, int64_t n, float* db) {
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < n; j += int64_t(gridDim.x) * blockDim.x) {
+    float s = 0;
+    for (int64_t r = 0; r < rows; ++r) s += dy[r * n + j];
+    db[j] += s;
+  }
+}
+
 __global__ void output_gate_kernel(const float* o, const float* gate, float* go, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     go[i] = round_bf16(math::output_gate_y(o[i], gate[i]));
@@ -393,6 +407,18 @@ void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, 
           cudaStream_t stream) {
   if (n == 0) return;
   adam_kernel<<<elementwise_blocks(n), kThreads, 0, stream>>>(g, m, v, master, p, n, a);
+  check_launch();
+}
+
+void add_bias(float* y, const bf16* b, int64_t rows, int64_t n, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return;
+  add_bias_kernel<<<elementwise_blocks(size_t(rows) * size_t(n)), kThreads, 0, stream>>>(y, b, rows, n);
+  check_launch();
+}
+
+void bias_bwd(const float* dy, int64_t rows, int64_t n, float* db, cudaStream_t stream) {
+  if (n == 0) return;
+  bias_bwd_kernel<<<elementwise_blocks(size_t(n)), kThreads, 0, stream>>>(dy, rows, n, db);
   check_launch();
 }
 

@@ -66,6 +66,11 @@ void swiglu_back(const float* h1, const float* dact, float* dh1, int64_t rows, i
 void adam(const float* g, float* m, float* v, float* master, bf16* p, size_t n, const math::AdamScalars& a,
           cudaStream_t stream);
 
+// Same contracts as ops.h add_bias / bias_bwd; the backward runs one thread per column over the rows in order (the
+// CPU's order of additions).
+void add_bias(float* y, const bf16* b, int64_t rows, int64_t n, cudaStream_t stream);
+void bias_bwd(const float* dy, int64_t rows, int64_t n, float* db, cudaStream_t stream);
+
 // y[i] += x[i] over n elements (the FSDP shard's gradient accumulation).
 void add_inplace(const float* x, float* y, size_t n, cudaStream_t stream);
 // out[i] = bf16(a[i] + b[i]) (the residual connection; out may equal a or b).

@@ -199,9 +199,10 @@ std::string executor_support_error(const ModelSpec& m, const Plan& p) {
     return "the interleaved pipeline schedule needs the microbatches per step (" +
            std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of pp = " +
            std::to_string(q.pp) + "; change global_batch";
-  if (m.attn.sinks || m.attn.qkv_bias || m.attn.o_bias)
-    return "model " + m.name + " has attention biases or softmax sinks, which lcplan-exec lacks (it runs bias-free "
-           "full attention and gated DeltaNet)";
+  // q/k/v biases run (GLM-4.5); the parameter counts (models/params.cpp) have no bias on an output gate's columns.
+  if (m.attn.sinks || m.attn.o_bias || (m.attn.qkv_bias && m.attn.output_gate))
+    return "model " + m.name + " has an o_proj bias, softmax sinks or q/k/v biases with an output gate, which "
+           "lcplan-exec lacks (it runs q/k/v biases on attention without an output gate)";
   if (!m.gated_mlp)
     return "model " + m.name + " has a two-matrix (non-gated) MLP, which lcplan-exec lacks (it runs SwiGLU MLPs)";
   if (m.moe.expert_bias)

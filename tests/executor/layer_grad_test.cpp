@@ -176,11 +176,12 @@ TEST_P(LayerGrad, BackwardMatchesCentralDifferences) {
 }
 
 // Scaled to one layer of each kind: Llama attention, Qwen3.5's gated DeltaNet and gated attention (q/k norm, partial
-// RoPE, output gate), DeepSeek-V3's MLA with query compression, Moonlight's without.
+// RoPE, output gate), DeepSeek-V3's MLA with query compression, Moonlight's without, GLM-4.5's attention with q/k/v
+// biases.
 const LayerCase kCases[] = {
     {"llama_attention", "llama-3.1-8b", 0},        {"qwen_gated_deltanet", "qwen3.5-35b-a3b", 0},
     {"qwen_gated_attention", "qwen3.5-35b-a3b", 1}, {"deepseek_mla", "deepseek-v3", 0},
-    {"moonlight_mla", "moonlight-16b-a3b", 0},
+    {"moonlight_mla", "moonlight-16b-a3b", 0},      {"glm_attention_bias", "glm-4.5", 0},
 };
 
 INSTANTIATE_TEST_SUITE_P(Layers, LayerGrad, ::testing::ValuesIn(kCases),

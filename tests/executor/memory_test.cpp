@@ -139,6 +139,7 @@ const ExecCase kCases[] = {
     // Multi-head latent attention (DeepSeek-V3), under TP, CP and EP. Moonlight is left out: its two shared experts'
     // fp32 kernel state puts lcplan-exec's MoE buffers 19% above the estimate's calibrated count (README known gaps).
     {"deepseek_ep4_distopt", "deepseek-v3", pa(4, 1, 4, OS::DistOpt, RC::None, true)},
+    {"glm_tp2_ep2_selective", "glm-4.5", pa(4, 1, 2, OS::DistOpt, RC::Selective, true, 1, 32768, 2)},
     {"deepseek_tp2_cp2_selective", "deepseek-v3", pa(4, 2, 2, OS::None, RC::Selective, true, 1, 32768, 2)},
     {"qwen_tp2_ep2_full", "qwen3.5-35b-a3b", pa(4, 1, 2, OS::DistOpt, RC::Full, true, 1, 32768, 2)},
 };

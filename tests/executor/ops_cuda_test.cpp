@@ -223,6 +223,24 @@ TEST_F(ExecOpsCuda, OutputGateAndEmbeddingMatchTheCpu) {
   EXPECT_TRUE(check_close("embedding grad", g_g.fetch(), g, 0, 0));  // same additions in the same order
 }
 
+// The q/k/v bias and its gradient: the same additions in the same order (column sums row by row).
+TEST_F(ExecOpsCuda, BiasMatchesTheCpu) {
+  lcplan::test::Stream st;
+  Tracker t;
+  const int64_t rows = 123, n = 77;
+  const std::vector<float> y0 = randn(size_t(rows * n), 71), dy = randn(size_t(rows * n), 72);
+  const std::vector<bf16> b = bf16_of(randn(size_t(n), 73));
+  std::vector<float> y = y0, db(size_t(n), 0.25f);
+  add_bias(y.data(), b.data(), rows, n);
+  bias_bwd(dy.data(), rows, n, db.data());
+  cuda::DeviceBuf<bf16> g_b = upload(t, b);
+  DeviceFloats g_y(y0), g_dy(dy), g_db(std::vector<float>(size_t(n), 0.25f));
+  cuda::add_bias(g_y.get(), g_b.data(), rows, n, st.get());
+  cuda::bias_bwd(g_dy.get(), rows, n, g_db.get(), st.get());
+  EXPECT_TRUE(check_close("add_bias", g_y.fetch(), y, 0, 0));
+  EXPECT_TRUE(check_close("bias_bwd", g_db.fetch(), db, 0, 0));
+}
+
 TEST_F(ExecOpsCuda, GemmsMatchTheCpu) {
   lcplan::test::Stream st;
   const int64_t rows = 33, k = 300, n = 70;

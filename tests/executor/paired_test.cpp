@@ -2,7 +2,8 @@
 // the same second loss) under one rank and under every parallel layout and option the executor runs: DP, dist_opt,
 // FSDP, CP 2, EP 2 and 4, chunked and unchunked EP, linear CE and materialized logits, every recompute mode, PP 2 and
 // 4 with 1F1B and the interleaved schedule (even, first/last and explicit splits), TP 2 and 4 with sequence
-// parallelism, ETP 2, a tied embedding across stages, multi-head latent attention, and TP + PP + CP + EP together
+// parallelism, ETP 2, a tied embedding across stages, multi-head latent attention, q/k/v biases, and TP + PP + CP + EP
+// together
 // (8 ranks).
 // Recompute modes rebuild bit-identical tensors (ops.h), so they must match the baseline exactly.
 #include <gtest/gtest.h>
@@ -241,6 +242,17 @@ TEST(PairedBaselines, MultiHeadLatentAttention) {
                 {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
                 {"tp 2 ep 2", t(c(2, 1, 2), 2, 1)},
                 {"cp 2 full", c(2, 2, 1, OS::None, RC::Full)},
+            });
+}
+
+// GLM-4.5: q/k/v biases (column-parallel with their weight), q/k norm, half-rotary RoPE, the sigmoid router with a
+// routed scaling factor, under TP, CP and EP.
+TEST(PairedBaselines, AttentionBiasGlm45) {
+  run_pairs("glm-4.5", 64, 16384,
+            {
+                {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
+                {"tp 2", t(c(2, 1, 1), 2, 1)},
+                {"cp 2 ep 2 full", c(2, 2, 2, OS::DistOpt, RC::Full)},
             });
 }
 

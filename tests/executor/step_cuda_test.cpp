@@ -80,6 +80,8 @@ const StepCase kCases[] = {
     {"one_gpu_mla_selective", {.gpus = 1, .seq = 8192, .recompute = Recompute::Selective}, 1, false, "deepseek-v3"},
     {"mla_tp2", {.gpus = 2, .tp = 2, .seq = 8192}, 1, false, "deepseek-v3"},
     {"mla_cp2_ep2", {.gpus = 2, .cp = 2, .ep = 2, .seq = 8192}, 1, false, "deepseek-v3"},
+    // GLM-4.5 scaled: q/k/v biases (column-parallel under TP).
+    {"glm_tp2", {.gpus = 2, .tp = 2, .seq = 8192}, 1, false, "glm-4.5"},
 };
 
 ScaledCase scaled(const StepCase& k) {

@@ -87,7 +87,7 @@ TEST(Scale, BadOptionsAreOneSentence) {
 // (routed experts divided over ep) as models/params.cpp has them.
 TEST(ExecModel, UnitsMatchTheEstimatorsCounts) {
   for (const char* name : {"qwen3.5-35b-a3b", "qwen3-next-80b-a3b", "llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b",
-                           "deepseek-v3", "moonlight-16b-a3b"}) {
+                           "deepseek-v3", "moonlight-16b-a3b", "glm-4.5"}) {
     const ModelSpec full = zoo(name);
     ASSERT_EQ(executor_support_error(full, plan_of(name, 4, 1, 1)), "") << name;
     const int ep = full.moe.num_experts > 0 ? 4 : 1;
@@ -356,7 +356,8 @@ TEST(Schedule, PipelineMessagesArriveInOrderOnEachLink) {
 // TP-split weights / tp plus the replicated vectors, routed experts / (ep * etp)), and the TP shards of one tensor
 // are disjoint slices that together cover it.
 TEST(ExecModel, TensorParallelShardsMatchTheEstimator) {
-  for (const char* name : {"qwen3.5-35b-a3b", "llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "moonlight-16b-a3b"}) {
+  for (const char* name : {"qwen3.5-35b-a3b", "llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "moonlight-16b-a3b",
+                           "glm-4.5"}) {
     const ModelSpec full = zoo(name);
     const bool moe = full.moe.num_experts > 0;
     PlanArgs a;
