@@ -1,19 +1,20 @@
 # Small helpers shared by every folder's CMakeLists.txt.
 
-# lcplan_test(NAME <name> SOURCES <files...> LIBS <targets...> [MPI_NP <n>] [LABELS <labels...>])
-# A GoogleTest binary registered with CTest; with MPI_NP it runs under mpirun (root-safe, oversubscribed).
+# lcplan_test(NAME <name> SOURCES <files...> LIBS <targets...> [MPI_NP <n>] [LABELS <labels...>] [ARGS <args...>])
+# A GoogleTest binary registered with CTest; with MPI_NP it runs under mpirun (root-safe, oversubscribed). ARGS go to
+# the binary (a --gtest_filter that leaves some suites to another CTest entry of the same binary).
 function(lcplan_test)
-  cmake_parse_arguments(T "" "NAME;MPI_NP" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;MPI_NP" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${T_NAME} PRIVATE LCPLAN_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if(T_MPI_NP)
     add_test(NAME ${T_NAME}
              COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${T_MPI_NP}
-                     $<TARGET_FILE:${T_NAME}>)
+                     $<TARGET_FILE:${T_NAME}> ${T_ARGS})
     set_tests_properties(${T_NAME} PROPERTIES LABELS "mpi;${T_LABELS}" TIMEOUT 300)
   else()
-    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
     set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 300)
   endif()
   set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "LCPLAN_DATA_DIR=${PROJECT_SOURCE_DIR}")

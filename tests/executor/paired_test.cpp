@@ -225,7 +225,7 @@ TEST(PairedBaselines, TensorQwen35) {
 // Multi-head latent attention (DeepSeek-V3: query compression, the sigmoid group-limited router; Moonlight: no query
 // compression): the duplicated down-projections and the shared rope key under TP (their gradients summed over TP),
 // the padded-v core attention under CP, every recompute mode, and with EP, PP and FSDP.
-TEST(PairedBaselines, MultiHeadLatentAttention) {
+TEST(PairedModels, MultiHeadLatentAttention) {
   run_pairs("deepseek-v3", 64, 16384,
             {
                 {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
@@ -247,7 +247,7 @@ TEST(PairedBaselines, MultiHeadLatentAttention) {
 
 // GLM-4.5: q/k/v biases (column-parallel with their weight), q/k norm, half-rotary RoPE, the sigmoid router with a
 // routed scaling factor, under TP, CP and EP.
-TEST(PairedBaselines, AttentionBiasGlm45) {
+TEST(PairedModels, AttentionBiasGlm45) {
   run_pairs("glm-4.5", 64, 16384,
             {
                 {"selective recompute", c(1, 1, 1, OS::None, RC::Selective), true},
