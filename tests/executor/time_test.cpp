@@ -147,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
         ExecCase{"dense_pp2", "llama-3.1-8b", {.gpus = 2, .global_batch = 4, .pp = 2, .seq = 8192}, 16, 2},
         ExecCase{"moe_ep2_chunked", "mixtral-8x7b", {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384}, 16, 2},
         ExecCase{"moe_ep2_full_recompute", "qwen3.5-35b-a3b",
-                 {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384, .recompute = Recompute::Full}, 16, 1}),
+                 {.gpus = 2, .ep = 2, .ep_chunks = 2, .seq = 16384, .recompute = Recompute::Full}, 16, 1},
+        ExecCase{"mla_tp2", "deepseek-v3", {.gpus = 2, .tp = 2, .seq = 16384}, 16, 1}),
     [](const ::testing::TestParamInfo<ExecCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
