@@ -80,7 +80,7 @@ size_t global_index(const TensorSpec& t, size_t i);
 struct LayerOffsets {
   size_t norm1 = 0, norm2 = 0;
   size_t w_qkv = 0, wo = 0, q_norm = 0, k_norm = 0;                       // full attention (and MLA's wo)
-  size_t b_qkv = 0;                                                       // q/k/v biases (GLM-4.5), with w_qkv's columns
+  size_t b_qkv = 0;                                                       // q/k/v biases (GLM-4.5), w_qkv's columns
   size_t mla_qa = 0, mla_qa_norm = 0, mla_q = 0, mla_kva = 0, mla_kv_norm = 0, mla_kvb = 0;  // MLA
   size_t w_in = 0, conv = 0, a_log = 0, dt_bias = 0, gnorm = 0, w_out = 0;  // gated DeltaNet
   size_t mlp_w1 = 0, mlp_w2 = 0;                                          // dense MLP

@@ -3,12 +3,13 @@
 // and NCCL groups, every call on one stream. Every tensor is a DeviceBuf charged to the tracker's categories exactly
 // where the host layer charges its Buf, so peaks per phase come from the same code.
 //
-// Built so far: full attention (GQA, partial RoPE, output gate, q/k norm, sliding windows, load-balanced context
-// parallelism), gated DeltaNet (with its CP state passing), dense SwiGLU MLPs, the expert-parallel MoE FFN with its
-// chunked all-to-alls and expert tensor parallelism (moe_cuda.cpp), the embedding and the linear-CE loss, with TP +
-// sequence parallelism (fp32 partial sums reduce-scattered, where the host reduces fp64) and every recompute mode.
-// And multi-head latent attention (layers_impl.h mla_fwd / mla_bwd on the same ops). The materialized-logits loss is the linear-CE kernel with one tile of every local token by the whole vocabulary shard:
-// the fp32 logits held at once, as Megatron's vocab-parallel cross-entropy holds them.
+// Every layer the host runs: full attention (GQA, partial RoPE, output gate, q/k norm, q/k/v biases, sliding windows,
+// load-balanced context parallelism), gated DeltaNet (with its CP state passing), multi-head latent attention, dense
+// SwiGLU MLPs and the expert-parallel MoE FFN with its chunked all-to-alls and expert tensor parallelism
+// (moe_cuda.cpp); the embedding and the linear-CE loss; TP + sequence parallelism (fp32 partial sums reduce-scattered,
+// where the host reduces fp64) and every recompute mode. The materialized-logits loss is the linear-CE kernel with one
+// tile of every local token by the whole vocabulary shard: the fp32 logits held at once, as Megatron's vocab-parallel
+// cross-entropy holds them.
 #pragma once
 
 #include <string>

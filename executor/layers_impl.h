@@ -16,7 +16,9 @@
 //   cross_entropy(c, h, W, targets, gl, lse, dh, dW)                           the loss over the gathered tokens
 //   gated_norm, gated_norm_bwd, gdn_gates, gdn_gates_bwd, conv1d_fwd, conv1d_history, conv1d_bwd, la_fwd, la_bwd
 //                                                                              gated DeltaNet's ops and kernels
-//   moe_fwd, moe_bwd                                                           the MoE FFN (host: kernels/moe CPU layer; device: moe_cuda.cpp)
+//   add_bias, bias_bwd                                                         q/k/v biases
+//   moe_fwd, moe_bwd                                                           the MoE FFN (host: kernels/moe's
+//                                                                              CPU layer; device: moe_cuda.cpp)
 #pragma once
 
 #include <algorithm>
@@ -347,7 +349,7 @@ struct MlaProj {
   WsOf<Ops> q, k, v;           // every local token: q, k [heads x (rope | nope)] after RoPE, v [heads x vd]
 };
 
-// Head h's `n` columns from column c0 of a [T x a_cols] tensor into column d0 of a [T x b_cols] one.
+// `n` columns from column c0 of a [T x a_cols] tensor into column d0 of a [T x b_cols] one.
 template <class Ops>
 void copy_cols(Ops& o, int64_t T, const float* a, int64_t a_cols, int64_t c0, float* b, int64_t b_cols, int64_t d0,
                int64_t n) {
@@ -361,13 +363,15 @@ template <class Ops>
 WsOf<Ops> mla_pad_v(Ops& o, Ctx& c, const float* v) {
   const Dims& d = c.d;
   WsOf<Ops> p = o.ws(size_t(c.tokens * d.q_cols()));
-  for (int64_t h = 0; h < d.hq; ++h) copy_cols(o, c.tokens, v, d.mla_v_cols(), h * d.mla_vd, p.data(), d.q_cols(), h * d.hd, d.mla_vd);
+  for (int64_t h = 0; h < d.hq; ++h)
+    copy_cols(o, c.tokens, v, d.mla_v_cols(), h * d.mla_vd, p.data(), d.q_cols(), h * d.hd, d.mla_vd);
   return p;
 }
 template <class Ops>
 void mla_unpad_v(Ops& o, Ctx& c, const float* padded, float* v) {
   const Dims& d = c.d;
-  for (int64_t h = 0; h < d.hq; ++h) copy_cols(o, c.tokens, padded, d.q_cols(), h * d.hd, v, d.mla_v_cols(), h * d.mla_vd, d.mla_vd);
+  for (int64_t h = 0; h < d.hq; ++h)
+    copy_cols(o, c.tokens, padded, d.q_cols(), h * d.hd, v, d.mla_v_cols(), h * d.mla_vd, d.mla_vd);
 }
 
 template <class Ops>
@@ -507,7 +511,9 @@ void mla_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitG
     o.cols_in(dkva.data(), kva, 0, R, 0, kvl, dckv.data());
     WsOf<Ops> dkr = o.ws(size_t(R * rope));
     if (c.tp == 1) o.copy(dkr_all.data(), size_t(R * rope), dkr.data());
-    else comm::reduce_scatter(c.pg.tp, dkr_all.data(), dkr.data(), size_t(R * rope), comm::DType::F32, comm::ReduceOp::Sum);
+    else
+      comm::reduce_scatter(c.pg.tp, dkr_all.data(), dkr.data(), size_t(R * rope), comm::DType::F32,
+                           comm::ReduceOp::Sum);
     o.cols_in(dkva.data(), kva, 0, R, kvl, rope, dkr.data());
   }
   dup.reset();

@@ -11,9 +11,9 @@
 // pass, before the schedule, for the router's counts that size the all-to-alls; it never synchronises the device, so a
 // pipeline send in flight on another stream cannot stall it (executor/README.md "GPU backend").
 // Under TP the shared expert is Megatron's SharedExpertMLP with sequence parallelism (fc1 column-parallel on the
-// gathered tokens, fc2 row-parallel reduce-scattered back, fp32 sums as on the host); the routed experts see this rank's
-// rows. Under ETP each chunk's received rows are all-gathered over the ETP group, every ETP rank runs its FFN columns
-// on all of them, and the partial outputs are reduce-scattered back, summed in ETP-rank order (moe_layer.h).
+// gathered tokens, fc2 row-parallel reduce-scattered back, fp32 sums as on the host); the routed experts see this
+// rank's rows. Under ETP each chunk's received rows are all-gathered over the ETP group, every ETP rank runs its FFN
+// columns on all of them, and the partial outputs are reduce-scattered back, summed in ETP-rank order (moe_layer.h).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -183,7 +183,8 @@ DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logi
     b.lay = moe::chunk_layout(send, counts_recv, P, c.pg.ep.rank, N, L, H, ch);
     if (b.lay.rows_sent != int64_t(b.tokens()) * K)
       throw std::logic_error("device MoE counts: chunk " + std::to_string(ch) + " sends " +
-                             std::to_string(b.lay.rows_sent) + " rows for " + std::to_string(b.tokens() * K) + " slots");
+                             std::to_string(b.lay.rows_sent) + " rows for " + std::to_string(b.tokens() * K) +
+                             " slots");
     if (Q > 1) {
       b.by_block = moe::etp_by_block(counts_recv_etp, Q, P, N, L, ch);
       b.peer_rows = moe::etp_rows(b.by_block, Q, P, L);

@@ -78,7 +78,8 @@ std::vector<int64_t> etp_by_block(const std::vector<int64_t>& counts_recv_etp, i
   std::vector<int64_t> b(size_t(Q) * P * L, 0);
   for (int q = 0; q < Q; ++q)
     for (int s = 0; s < P; ++s)
-      for (int e = 0; e < L; ++e) b[(size_t(q) * P + s) * L + e] = counts_recv_etp[((size_t(q) * P + s) * N + ch) * L + e];
+      for (int e = 0; e < L; ++e)
+        b[(size_t(q) * P + s) * L + e] = counts_recv_etp[((size_t(q) * P + s) * N + ch) * L + e];
   return b;
 }
 

@@ -38,8 +38,8 @@ constexpr double kStep = 0.01;  // displacement: 1% of the tensor's rms per elem
 constexpr int kDirections = 3;
 constexpr int64_t kSeq = 128;
 
-// HostOps without the rounding of intermediate tensors, residual sums and gated outputs to bf16 (stored tensors still round: the
-// forward below keeps nothing).
+// HostOps without the rounding of intermediate tensors, residual sums and gated outputs to bf16 (stored tensors
+// still round: the forward below keeps nothing).
 struct SmoothOps : HostOps {
   void round(float*, size_t) {}
   void residual(const float* a, const float* b, float* out, size_t n) {
@@ -87,7 +87,8 @@ struct LayerSetup {
 };
 
 // f = <dout, layer(x)> by the smooth forward.
-double smooth_f(const LayerSetup& s, const std::vector<bf16>& w, const std::vector<bf16>& x, const std::vector<float>& dout) {
+double smooth_f(const LayerSetup& s, const std::vector<bf16>& w, const std::vector<bf16>& x,
+                const std::vector<float>& dout) {
   Tracker t(0);
   Ctx c = s.ctx(t);
   LayerSaved sv;

@@ -10,7 +10,8 @@
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
 // a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
 // moe_* run Qwen3.5-35B-A3B itself, scaled (a gated DeltaNet and a gated-attention layer, both MoE): routing, EP
-// chunks, the all-to-alls over NCCL against MPI, the gated shared expert, TP-sharded in moe_tp2, expert tensor parallelism in moe_etp2 (executor/moe_cuda.cpp).
+// chunks, the all-to-alls over NCCL against MPI, the gated shared expert, TP-sharded in moe_tp2, expert tensor
+// parallelism in moe_etp2 (executor/moe_cuda.cpp).
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
@@ -73,7 +74,10 @@ const StepCase kCases[] = {
     {"moe_tp2_selective", {.gpus = 2, .tp = 2, .seq = 8192, .recompute = Recompute::Selective}, 1, false, kQwen},
     // Expert tensor parallelism: each chunk's rows gathered over ETP, half the FFN columns per rank, partial outputs
     // reduce-scattered back.
-    {"moe_etp2_chunks2_full", {.gpus = 2, .ep_chunks = 2, .etp = 2, .seq = 8192, .recompute = Recompute::Full}, 1, false,
+    {"moe_etp2_chunks2_full",
+     {.gpus = 2, .ep_chunks = 2, .etp = 2, .seq = 8192, .recompute = Recompute::Full},
+     1,
+     false,
      kQwen},
     // DeepSeek-V3 scaled: MLA (query compression, the shared rope key, v padded for the core attention) with dense
     // and MoE layers (the sigmoid group-limited router), on one GPU, under TP and under CP with EP.
