@@ -50,8 +50,7 @@ DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, con
                S = size_t(c.d.shared_local), L = E / size_t(c.pg.ep.size);
   DevMoeWeights r;
   r.router = o.widen(w.dense + u.off.router, H * E);
-  // Zeros without a selection bias, as the host's vector: one code path for both routers.
-  r.bias = cfg.router == moe::Router::SigmoidGroupLimited ? o.widen(w.dense + u.off.expert_bias, E) : o.ws(E);
+  if (cfg.router == moe::Router::SigmoidGroupLimited) r.bias = o.widen(w.dense + u.off.expert_bias, E);
   r.w1 = o.widen(w.expert + u.off.w1, L * H * 2 * F);
   r.w2 = o.widen(w.expert + u.off.w2, L * F * H);
   if (S) {
@@ -63,14 +62,14 @@ DevMoeWeights widen_weights(DeviceOps& o, const Ctx& c, const UnitLayout& u, con
 }
 
 // One chunk of the EP schedule: its tokens, its all-to-all layout (moe_layer.h chunk_layout: where its slots go and
-// what this rank's experts receive), the rows the expert GEMMs run on (`by_block` per (ETP rank, source, local
-// expert): every ETP rank's received rows under ETP, else this rank's) with their block table (source-major as
-// gathered, expert-major as the GEMMs want), and its state buffers, as moe_cpu.cpp's ChunkBuffers.
+// what this rank's experts receive), the block table of the rows the expert GEMMs run on (every ETP rank's received
+// rows under ETP, else this rank's; source-major as gathered, expert-major as the GEMMs want), and its state buffers,
+// as moe_cpu.cpp's ChunkBuffers.
 struct DevChunk {
   int t0 = 0, t1 = 0;
   moe::ChunkLayout lay;
-  std::vector<int64_t> by_block, peer_rows;  // peer_rows: rows each ETP rank received (ETP only)
-  moe::BlockTable gemm;                      // block_table(by_block, ETP x EP sources)
+  std::vector<int64_t> peer_rows;  // rows each ETP rank received (ETP only)
+  moe::BlockTable gemm;            // block table over (ETP rank, source) x local expert
   DeviceBuf<int> rows;                       // slot (t - t0) * K + k -> row of xp / yp
   DeviceBuf<int64_t> blocks;                 // gemm.blocks on the device
   DeviceBuf<float> xp, xr, xe, h1, act, ye_src, yp;
@@ -186,11 +185,10 @@ DevRouting route(DeviceOps& o, Ctx& c, const DevMoeWeights& W, const float* logi
                              std::to_string(b.lay.rows_sent) + " rows for " + std::to_string(b.tokens() * K) +
                              " slots");
     if (Q > 1) {
-      b.by_block = moe::etp_by_block(counts_recv_etp, Q, P, N, L, ch);
-      b.peer_rows = moe::etp_rows(b.by_block, Q, P, L);
-      b.gemm = moe::block_table(b.by_block, P * Q, L);
+      const std::vector<int64_t> by_block = moe::etp_by_block(counts_recv_etp, Q, P, N, L, ch);
+      b.peer_rows = moe::etp_rows(by_block, Q, P, L);
+      b.gemm = moe::block_table(by_block, P * Q, L);
     } else {
-      b.by_block = b.lay.recv_by_block;
       b.gemm = b.lay.table;
     }
     rt.rows_received += b.gemm.rows();  // the rows the experts' GEMMs run on, as the host counts them

@@ -42,17 +42,6 @@ void reorder_rows(const int64_t* counts, int P, int L, const float* in, float* o
     }
 }
 
-// Rows of each local expert in the expert-major buffer: offsets[e]..offsets[e+1].
-std::vector<int64_t> expert_offsets(const std::vector<int64_t>& by_block, int P, int L) {
-  std::vector<int64_t> off(L + 1, 0);
-  for (int e = 0; e < L; ++e) {
-    int64_t n = 0;
-    for (int s = 0; s < P; ++s) n += by_block[s * L + e];
-    off[e + 1] = off[e] + n;
-  }
-  return off;
-}
-
 // Runs a step list on two logical streams: compute steps run inline, communication steps are non-blocking
 // requests polled (and the next one issued) between GEMM row blocks.
 struct Runner {
@@ -381,7 +370,7 @@ void moe_forward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c
         b.h1.resize(size_t(rows) * 2 * F);
         b.act.resize(size_t(rows) * F);
         std::vector<float> ye(size_t(rows) * H);
-        const auto off = expert_offsets(b.etp_by_block, PQ, L);
+        const std::vector<int64_t> off = block_table(b.etp_by_block, PQ, L).expert_off;
         for (int e = 0; e < L; ++e) {
           const int64_t r0 = off[e], n = off[e + 1] - off[e];
           if (!n) continue;
@@ -517,7 +506,7 @@ void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& 
         reorder_rows(b.etp_by_block.data(), PQ, L, din.data(), b.dye.data(), H, true);
         b.dh1.resize(size_t(rows) * 2 * F);
         std::vector<float> dact(size_t(rows) * F), dxe(size_t(rows) * H);
-        const auto off = expert_offsets(b.etp_by_block, PQ, L);
+        const std::vector<int64_t> off = block_table(b.etp_by_block, PQ, L).expert_off;
         for (int e = 0; e < L; ++e) {
           const int64_t r0 = off[e], n = off[e + 1] - off[e];
           if (!n) continue;

@@ -81,16 +81,12 @@ struct EventPool {
 
 struct ChunkState {
   int t0 = 0, t1 = 0;
-  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer
-  std::vector<int64_t> recv_by_block;  // rows per (source rank, local expert), source-major
-  std::vector<int64_t> expert_off;     // local expert e owns expert-major rows [expert_off[e], expert_off[e+1])
-  int nblocks = 0;
-  int64_t max_block_rows = 0;
-  HostBuf blocks_host;
+  ChunkLayout lay;     // the all-to-all counts and the row-block table (moe_layer.h chunk_layout)
+  HostBuf blocks_host;  // lay.table.blocks in pinned memory for the asynchronous copy
   DevBuf blocks, rows, offsets, xp, xr, xe, h1, act, ye, ye_src, yp;  // forward
   DevBuf dyp, dyr, dye, dact, dh1, dxe, dx_src, dxp;                // backward
   int tokens() const { return t1 - t0; }
-  int64_t rows_in() const { return expert_off.empty() ? 0 : expert_off.back(); }
+  int64_t rows_in() const { return lay.table.rows(); }
 };
 
 struct PassTiming {
@@ -378,16 +374,11 @@ class Layer final : public MoeLayerGpu::Impl {
     int64_t recv_remote = 0;
     for (int ch = 0; ch < N; ++ch) {
       ChunkState& b = ck_[ch];
-      const ChunkLayout lay = chunk_layout(send64, recv64, P, ep_.rank, N, L, H, ch);
+      b.lay = chunk_layout(send64, recv64, P, ep_.rank, N, L, H, ch);
+      const ChunkLayout& lay = b.lay;
       if (lay.rows_sent != int64_t(b.tokens()) * K)
         throw std::logic_error("MoE counts: chunk " + std::to_string(ch) + " sends " + std::to_string(lay.rows_sent) +
                                " rows for " + std::to_string(b.tokens() * K) + " slots");
-      b.send_counts = lay.send_counts;
-      b.send_displs = lay.send_displs;
-      b.recv_counts = lay.recv_counts;
-      b.recv_displs = lay.recv_displs;
-      b.recv_by_block = lay.recv_by_block;
-      b.expert_off = lay.table.expert_off;
       traffic_.rows_sent += lay.rows_sent;
       traffic_.rows_sent_remote += lay.rows_sent_remote;
       traffic_.rows_received += lay.rows_received;
@@ -396,10 +387,8 @@ class Layer final : public MoeLayerGpu::Impl {
       b.blocks_host.ensure(sizeof(int64_t) * std::max<size_t>(3, lay.table.blocks.size()));
       std::copy(lay.table.blocks.begin(), lay.table.blocks.end(), b.blocks_host.as<int64_t>());
       const int64_t* tab = b.blocks_host.as<int64_t>();
-      b.nblocks = lay.table.nblocks();
-      b.max_block_rows = lay.table.max_block_rows;
       const size_t rows = size_t(lay.rows_received);
-      b.blocks.ensure(sizeof(int64_t) * 3 * std::max(1, b.nblocks));
+      b.blocks.ensure(sizeof(int64_t) * 3 * std::max(1, b.lay.table.nblocks()));
       b.xr.ensure(sizeof(T) * rows * H);
       b.xe.ensure(sizeof(T) * rows * H);
       b.h1.ensure(sizeof(float) * rows * 2 * F);
@@ -407,8 +396,9 @@ class Layer final : public MoeLayerGpu::Impl {
       b.ye.ensure(sizeof(T) * rows * H);
       b.ye_src.ensure(sizeof(T) * rows * H);
       // On the comm stream: the expert step that reads the table waits on this chunk's dispatch, queued after it.
-      if (b.nblocks)
-        CUDA_CHECK(cudaMemcpyAsync(b.blocks.p, tab, sizeof(int64_t) * 3 * b.nblocks, cudaMemcpyHostToDevice, sm));
+      if (b.lay.table.nblocks())
+        CUDA_CHECK(cudaMemcpyAsync(b.blocks.p, tab, sizeof(int64_t) * 3 * b.lay.table.nblocks(), cudaMemcpyHostToDevice,
+                                   sm));
     }
     const double bytes_row = double(sizeof(T)) * H;
     traffic_.a2a_bytes_remote = int64_t(2 * (traffic_.rows_sent_remote + recv_remote) * bytes_row);
@@ -416,11 +406,17 @@ class Layer final : public MoeLayerGpu::Impl {
     traffic_.shared_flops = 18.0 * H * double(c_.shared_ffn) * tokens_;
   }
 
+  // A chunk's received rows between the source-major and expert-major layouts (its block table on the device).
+  void copy_blocks(const ChunkState& b, const T* in, T* out, bool to_expert_major, cudaStream_t sm) {
+    launch_copy_blocks<T>(in, out, b.blocks.as<int64_t>(), b.lay.table.nblocks(), b.lay.table.max_block_rows,
+                          c_.hidden, to_expert_major, sm);
+  }
+
   // One GEMM per local expert that received rows (moe_kernels_cuda's grouped_gemm); weights of expert e are k x n
   // (n x k when trans_w), output rows of type ct.
   void expert_gemms(const ChunkState& b, const T* in, int k, int n, const T* weights, void* out, cudaDataType_t ct,
                     bool trans_w, cudaStream_t sm) {
-    grouped_gemm(blas_, trans_w, in, weights, out, b.expert_off.data(), L_, k, n, tt(), ct, sm);
+    grouped_gemm(blas_, trans_w, in, weights, out, b.lay.table.expert_off.data(), L_, k, n, tt(), ct, sm);
   }
 
   void issue_forward(const Step& st, cudaStream_t sm) {
@@ -451,8 +447,8 @@ class Layer final : public MoeLayerGpu::Impl {
       }
       case StepOp::Dispatch: {
         ChunkState& b = ck_[st.chunk];
-        comm::all_to_all_v(ep_, b.xp.p, b.send_counts.data(), b.send_displs.data(), b.xr.p, b.recv_counts.data(),
-                           b.recv_displs.data(), wire_type());
+        comm::all_to_all_v(ep_, b.xp.p, b.lay.send_counts.data(), b.lay.send_displs.data(), b.xr.p, b.lay.recv_counts.data(),
+                           b.lay.recv_displs.data(), wire_type());
         break;
       }
       case StepOp::SharedFwd: {
@@ -466,19 +462,17 @@ class Layer final : public MoeLayerGpu::Impl {
       case StepOp::ExpertFwd: {
         ChunkState& b = ck_[st.chunk];
         const int64_t rows = b.rows_in();
-        launch_copy_blocks<T>(b.xr.as<T>(), b.xe.as<T>(), b.blocks.as<int64_t>(), b.nblocks, b.max_block_rows, H, true,
-                              sm);
+        copy_blocks(b, b.xr.as<T>(), b.xe.as<T>(), true, sm);
         expert_gemms(b, b.xe.as<T>(), H, 2 * F, w1_.as<T>(), b.h1.p, CUDA_R_32F, false, sm);
         launch_swiglu<T>(b.h1.as<float>(), rows, F, b.act.as<T>(), sm);
         expert_gemms(b, b.act.as<T>(), F, H, w2_.as<T>(), b.ye.p, tt(), false, sm);
-        launch_copy_blocks<T>(b.ye.as<T>(), b.ye_src.as<T>(), b.blocks.as<int64_t>(), b.nblocks, b.max_block_rows, H, false,
-                              sm);
+        copy_blocks(b, b.ye.as<T>(), b.ye_src.as<T>(), false, sm);
         break;
       }
       case StepOp::Combine: {
         ChunkState& b = ck_[st.chunk];  // the reverse route of the dispatch
-        comm::all_to_all_v(ep_, b.ye_src.p, b.recv_counts.data(), b.recv_displs.data(), b.yp.p,
-                           b.send_counts.data(), b.send_displs.data(), wire_type());
+        comm::all_to_all_v(ep_, b.ye_src.p, b.lay.recv_counts.data(), b.lay.recv_displs.data(), b.yp.p,
+                           b.lay.send_counts.data(), b.lay.send_displs.data(), wire_type());
         break;
       }
       case StepOp::Unpermute: {
@@ -506,8 +500,8 @@ class Layer final : public MoeLayerGpu::Impl {
       }
       case StepOp::CombineBwd: {
         ChunkState& b = ck_[st.chunk];  // output grads travel the dispatch route
-        comm::all_to_all_v(ep_, b.dyp.p, b.send_counts.data(), b.send_displs.data(), b.dyr.p, b.recv_counts.data(),
-                           b.recv_displs.data(), wire_type());
+        comm::all_to_all_v(ep_, b.dyp.p, b.lay.send_counts.data(), b.lay.send_displs.data(), b.dyr.p, b.lay.recv_counts.data(),
+                           b.lay.recv_displs.data(), wire_type());
         break;
       }
       case StepOp::SharedBwd: {
@@ -528,19 +522,17 @@ class Layer final : public MoeLayerGpu::Impl {
       }
       case StepOp::ExpertDgrad: {
         ChunkState& b = ck_[st.chunk];
-        launch_copy_blocks<T>(b.dyr.as<T>(), b.dye.as<T>(), b.blocks.as<int64_t>(), b.nblocks, b.max_block_rows, H, true,
-                              sm);
+        copy_blocks(b, b.dyr.as<T>(), b.dye.as<T>(), true, sm);
         expert_gemms(b, b.dye.as<T>(), H, F, w2_.as<T>(), b.dact.p, CUDA_R_32F, true, sm);
         launch_swiglu_bwd<T>(b.h1.as<float>(), b.dact.as<float>(), b.rows_in(), F, b.dh1.as<T>(), sm);
         expert_gemms(b, b.dh1.as<T>(), 2 * F, H, w1_.as<T>(), b.dxe.p, tt(), true, sm);
-        launch_copy_blocks<T>(b.dxe.as<T>(), b.dx_src.as<T>(), b.blocks.as<int64_t>(), b.nblocks, b.max_block_rows, H, false,
-                              sm);
+        copy_blocks(b, b.dxe.as<T>(), b.dx_src.as<T>(), false, sm);
         break;
       }
       case StepOp::DispatchBwd: {
         ChunkState& b = ck_[st.chunk];  // input grads travel the combine route
-        comm::all_to_all_v(ep_, b.dx_src.p, b.recv_counts.data(), b.recv_displs.data(), b.dxp.p,
-                           b.send_counts.data(), b.send_displs.data(), wire_type());
+        comm::all_to_all_v(ep_, b.dx_src.p, b.lay.recv_counts.data(), b.lay.recv_displs.data(), b.dxp.p,
+                           b.lay.send_counts.data(), b.lay.send_displs.data(), wire_type());
         break;
       }
       case StepOp::ExpertWgrad: {
@@ -548,7 +540,7 @@ class Layer final : public MoeLayerGpu::Impl {
         for (int ch = 0; ch < chunks_; ++ch) {
           const ChunkState& b = ck_[ch];
           for (int e = 0; e < L_; ++e) {
-            const int64_t r0 = b.expert_off[e], m = b.expert_off[e + 1] - r0;
+            const int64_t r0 = b.lay.table.expert_off[e], m = b.lay.table.expert_off[e + 1] - r0;
             if (!m) continue;
             gemm(blas_, true, false, F, H, m, b.act.as<T>() + r0 * F, b.dye.as<T>() + r0 * H,
                  g_w2_.as<float>() + size_t(e) * F * H, tt(), CUDA_R_32F, 1.0f, 1.0f, false, sm);

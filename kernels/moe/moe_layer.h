@@ -135,7 +135,7 @@ void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& 
 // Row blocks between a source-major buffer (rows as received: by source, then local expert) and the expert-major one
 // the GEMMs want, from the rows per (source, local expert): each local expert's first expert-major row and the
 // non-empty blocks {source-major first row, expert-major first row, rows}. Under ETP the sources are (ETP rank,
-// source rank) pairs in that order. Pure.
+// source rank) pairs in that order. Pure; the CPU layer reads its expert offsets, the GPU layers the whole table.
 struct BlockTable {
   std::vector<int64_t> expert_off;  // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
   std::vector<int64_t> blocks;      // non-empty blocks, three values each
