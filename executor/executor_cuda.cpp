@@ -1,7 +1,5 @@
 #include "executor/executor_cuda.h"
 
-#include <string>
-
 #include "executor/device_memory_check.h"
 #include "executor/layers_cuda.h"
 #include "executor/param_store_cuda.h"
