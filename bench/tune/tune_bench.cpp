@@ -10,6 +10,7 @@
 #include "models/zoo.h"
 #include "search/search.h"
 #include "tune/refit.h"
+#include "tune/tune_hooks.h"
 #include "tune/tune_log.h"
 #include "tune/tune_loop.h"
 
@@ -34,24 +35,17 @@ void BM_TuneRounds(benchmark::State& state) {
   base.global_batch = 32;
   base.implementation = "megatron";
   const PlanSpace space = default_space(m, base);
-  auto case_of = [&](const Measurement& meas) {
-    MeasuredCase c;
-    c.meas = meas;
-    c.model = model_for_plan(m, meas.plan);
-    c.hw = hw;
-    return c;
-  };
-  TuneHooks h;
-  h.rank = [&](const Calibration& c, int count, const std::set<std::string>& skip) {
-    SearchOptions opt;
-    opt.headroom_bytes = 4.0 * (1 << 30);
-    opt.top_k = count;
-    opt.admit = [&](const Plan& p) { return skip.empty() || !skip.count(plan_key(p)); };
-    const SearchResult r = search_plans(m, base, space, hw, c, opt);
-    std::vector<RankedPlan> out;
-    for (const Candidate& x : r.top) out.push_back({x.plan, plan_key(x.plan), x.estimate.time.step_seconds, x.estimate.memory.peak_bytes});
-    return out;
-  };
+  // The tune's real hooks (tune/tune_hooks.h), with instant stand-ins for the runs.
+  TuneSetup setup;
+  setup.model = m;
+  setup.hardware = hw;
+  setup.base = base;
+  setup.space = default_space(m, base);
+  setup.search.headroom_bytes = 4.0 * (1 << 30);
+  setup.refit.keys = keys;
+  setup.start = cal;
+  setup.data_dir = dir;
+  TuneHooks h = make_tune_hooks(setup);
   h.run = [&](const RankedPlan& p, int index) {
     TuneRun r;
     r.measured.id = "run " + std::to_string(index);
@@ -59,14 +53,6 @@ void BM_TuneRounds(benchmark::State& state) {
     // The machine disagrees with the profile by plan (-3% per run index: each new run beats the predicted best), so the ranking keeps moving.
     r.measured.step_seconds = p.predicted_seconds * (1 - 0.03 * index);
     return r;
-  };
-  h.predict = [&](const Measurement& meas, const Calibration& c) { return predict(case_of(meas), Quantity::StepSeconds, c); };
-  h.refit = [&](const std::vector<Measurement>& ms, const Calibration& current) {
-    std::vector<MeasuredCase> cs;
-    for (const Measurement& meas : ms) cs.push_back(case_of(meas));
-    TuneRefitOptions ro;
-    ro.keys = keys;
-    return refit_for_tune(cs, current, cal, ro);
   };
   const nlohmann::json request = {{"bench", 1}};
   h.on_round = [&](const TuneState& s) { benchmark::DoNotOptimize(tune_log_json(request, s).dump()); };

@@ -15,6 +15,7 @@
 #include "models/zoo.h"
 #include "search/search.h"
 #include "tune/refit.h"
+#include "tune/tune_hooks.h"
 #include "tune/tune_log.h"
 #include "tune/tune_loop.h"
 
@@ -52,6 +53,7 @@ struct World {
     start.attention_efficiency = truth.attention_efficiency / 2.5;
     start.grouped_gemm_efficiency = truth.grouped_gemm_efficiency / 3;
     start.step_overhead_seconds = truth.step_overhead_seconds * 4;
+    tune_setup = setup();
   }
 
   MeasuredCase case_of(const Plan& p, double seconds, const std::string& id) const {
@@ -64,19 +66,23 @@ struct World {
     return c;
   }
 
+  // The tune's real hooks (tune/tune_hooks.h): the search ranks, the refit fits, predictions resolve the runs' plans;
+  // only the runs are this hidden machine's.
+  TuneSetup setup() const {
+    TuneSetup s;
+    s.model = model;
+    s.hardware = hw;
+    s.base = base;
+    s.space = default_space(model, base);
+    s.runnable = [](const Plan& p) { return p.parallel.tp == 1 && p.parallel.pp == 1; };
+    s.refit.keys = keys;
+    s.start = start;
+    s.data_dir = kDir;
+    return s;
+  }
+
   TuneHooks hooks(std::function<void(int)> before_run = {}) const {
-    TuneHooks h;
-    h.rank = [this](const Calibration& cal, int count, const std::set<std::string>& skip) {
-      SearchOptions opt;
-      opt.top_k = count;
-      opt.admit = [&](const Plan& p) { return p.parallel.tp == 1 && p.parallel.pp == 1 && !skip.count(plan_key(p)); };
-      const SearchResult r = search_plans(model, base, default_space(model, base), hw, cal, opt);
-      std::vector<RankedPlan> out;
-      for (const Candidate& c : r.top)
-        out.push_back({c.plan, plan_key(c.plan), c.estimate.time.step_seconds, c.estimate.memory.peak_bytes});
-      if (out.empty()) throw UserError("nothing fits");
-      return out;
-    };
+    TuneHooks h = make_tune_hooks(tune_setup);
     h.run = [this, before_run](const RankedPlan& p, int index) {
       if (before_run) before_run(index);
       const double wobble = 1 + 0.02 * std::sin(1.7 * index);  // repeated runs differ by a couple of percent
@@ -86,18 +92,9 @@ struct World {
       r.command = "synthetic";
       return r;
     };
-    h.predict = [this](const Measurement& m, const Calibration& cal) {
-      return predict(case_of(m.plan, *m.step_seconds, m.id), Quantity::StepSeconds, cal);
-    };
-    h.refit = [this](const std::vector<Measurement>& ms, const Calibration& current) {
-      std::vector<MeasuredCase> cs;
-      for (const Measurement& m : ms) cs.push_back(case_of(m.plan, *m.step_seconds, m.id));
-      TuneRefitOptions ro;
-      ro.keys = keys;
-      return refit_for_tune(cs, current, start, ro);
-    };
     return h;
   }
+  TuneSetup tune_setup;  // set last in the constructor: it reads base and start
 };
 
 double worst_error(const World& w, const TuneState& s, const TuneHooks& h) {

@@ -1,8 +1,9 @@
-// Measured step time of lcplan-exec against the estimate of the same scaled plan on this machine's CPU profile
-// (data/hardware/cpu-amd-epyc-2c.json, data/calibration/cpu-measured.json with its lcplan-exec overrides; its peaks
-// scaled to this host's speed re-timed now, host_speed): per phase
-// (forward, loss, backward, optimizer) printed with its error, the step asserted within 25% (the MoE plans: 40%,
-// kMoeTolerance).
+// Benchmark, not a test (it times real runs): measured step time of lcplan-exec against the estimate of the same
+// scaled plan on this machine's CPU profile (data/hardware/cpu-amd-epyc-2c.json, data/calibration/cpu-measured.json
+// with its lcplan-exec overrides; its peaks scaled to this host's speed re-timed now, host_speed): per phase
+// (forward, loss, backward, optimizer) printed with its error. The README's bounds (25% for dense plans, 40% for MoE
+// plans) are what the table is read against; with LCPLAN_BENCH_OUT=FILE rank 0 appends each case's numbers to FILE
+// (one JSON object per line) for bench/record.py. Run: mpirun -np 2 build/release/bench/executor/exec_time_bench.
 //
 // Noise: the profile was measured with 2 ranks on this 2-core machine, so every plan runs on 2 ranks (one core each)
 // and the test runs alone (RUN_SERIAL). The first step is a warm-up (first touch of every buffer, MPI connections).
@@ -16,6 +17,8 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 
 #include "common/json_file.h"
@@ -28,7 +31,7 @@
 namespace lcplan::exec::tests {
 namespace {
 
-constexpr double kTolerance = 0.25;  // the bound on the step time
+constexpr double kTolerance = 0.25;  // the README's bound on the step time
 // The MoE plans' bound: their steps measured +11% to +17% on 2026-11-23 and +17% to +34% in five runs on
 // 2026-11-24, while the dense plans in the same runs read +2% to +19%, and neither the profile's own copy nor its
 // GEMM re-timed beside them ran slower than when profiled (README "Known gaps"). The 25% holds for them only
@@ -65,13 +68,10 @@ double host_speed(const comm::Comm& world) {
 
 class TimeTable : public ::testing::TestWithParam<ExecCase> {};
 
-TEST_P(TimeTable, StepWithinItsBound) {
+TEST_P(TimeTable, StepAgainstItsEstimate) {
   helpers::World w;
   const ExecCase& tc = GetParam();
   ASSERT_EQ(w.c.size, tc.args.gpus) << "run this test with mpirun -np " << tc.args.gpus << " (one group per job)";
-#if defined(__SANITIZE_ADDRESS__)  // several times slower: one case (both mixers, MoE, recompute) keeps the code checked
-  if (std::string(tc.name) != "moe_ep2_full_recompute") GTEST_SKIP() << "sanitized build: one case runs";
-#endif
   const ScaledCase sc = executor_case(zoo(tc.model), make_plan(tc.model, tc.args), {tc.scale, tc.layers});
   ExecOptions o;
   o.steps = kSteps;
@@ -122,16 +122,18 @@ TEST_P(TimeTable, StepWithinItsBound) {
                   "pp bubble", *c.estimate_bubble_seconds, c.measured_pipeline_wait_seconds.value_or(0),
                   100 * (c.measured_pipeline_wait_seconds.value_or(0) / *c.estimate_bubble_seconds - 1));
   }
-#if defined(__SANITIZE_ADDRESS__)  // the profile times release kernels; a sanitized build runs them several times slower
-  GTEST_SKIP() << tc.name << ": sanitized build, so its step time is not the profile's to predict (table printed above)";
-#endif
-  if (!undisturbed)
-    GTEST_SKIP() << tc.name << ": no step had every rank on its core for " << 100 * kUndisturbed
-                 << "% of the step (other processes share the cores), so the wall time is not asserted";
   const bool moe = sc.model.moe.num_experts > 0;
-  EXPECT_LT(std::abs(*c.measured_step_seconds / c.estimate_step_seconds - 1), moe ? kMoeTolerance : kTolerance)
-      << tc.name << ": step measured " << *c.measured_step_seconds << " s, estimated " << c.estimate_step_seconds
-      << " s";
+  const double error = *c.measured_step_seconds / c.estimate_step_seconds - 1;
+  if (w.c.rank == 0) {
+    std::printf("  %s: %+.1f%% against a bound of %.0f%%%s\n", tc.name, 100 * error, 100 * (moe ? kMoeTolerance : kTolerance),
+                undisturbed ? "" : " (no undisturbed step: other processes shared the cores)");
+    if (const char* out = std::getenv("LCPLAN_BENCH_OUT"))
+      std::ofstream(out, std::ios::app) << nlohmann::json{{"bench", "exec_time"}, {"case", tc.name},
+                                                          {"estimate_seconds", c.estimate_step_seconds},
+                                                          {"measured_seconds", *c.measured_step_seconds},
+                                                          {"error", error}, {"undisturbed", undisturbed},
+                                                          {"host_speed", speed}}.dump() << "\n";
+  }
 }
 
 // Two ranks each (the profile's ranks per node). At scale 16 GEMMs (dense layers, experts, LM head) take most of

@@ -1,0 +1,126 @@
+#include "tune/tune_hooks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "calibrate/measurement.h"
+#include "common/json_file.h"
+#include "common/user_error.h"
+#include "search/emit.h"
+#include "search/megatron_args.h"
+#include "tune/launcher.h"
+
+namespace lcplan {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.3f s" : "%.1f s", s);
+  return buf;
+}
+
+// The placeholders' values for one run (tune/launcher.h).
+std::map<std::string, std::string> launch_values(const TuneSetup& s, const Plan& p, const fs::path& run_dir,
+                                                 const RunFiles& files, const std::string& plan_file,
+                                                 const std::string& id) {
+  const int node = p.gpus_per_node > 0 ? std::min(p.gpus_per_node, p.gpus) : p.gpus;
+  const std::string mflags = megatron_flags_line(p, s.model);
+  return {{"plan", shell_quote(plan_file)},       {"out", shell_quote(files.out)},
+          {"log", shell_quote(files.log)},        {"run_dir", shell_quote(run_dir.string())},
+          {"id", id},                             {"gpus", std::to_string(p.gpus)},
+          {"nodes", std::to_string((p.gpus + node - 1) / node)},
+          {"gpus_per_node", std::to_string(node)}, {"megatron_flags", mflags},
+          {"flags", mflags},                      {"megatron_model_flags", megatron_model_flags(s.model, false)}};
+}
+
+TuneRun run_one(const TuneSetup& s, const RankedPlan& rp, int index) {
+  char name[32];
+  std::snprintf(name, sizeof name, "run-%03d", index);
+  const fs::path rd = fs::path(s.run_dir) / name;
+  fs::create_directories(rd);
+  const RunFiles files{(rd / "measured.json").string(), (rd / "log.txt").string()};
+  fs::remove(files.out);
+  fs::remove(files.log);
+  const std::string plan_file = (rd / "plan.json").string();
+  write_file_atomic(plan_file, plan_to_json(rp.plan).dump(2) + "\n");
+  TuneRun run;
+  run.command = expand_launch_template(s.launch_template, launch_values(s, rp.plan, rd, files, plan_file, name));
+  run.log = files.log;
+  if (s.say) s.say("  run " + std::to_string(index) + ": " + plan_label(rp.plan) + "  predicted " +
+                   seconds_text(rp.predicted_seconds) + " ...");
+  const ProcessResult pr = run_shell(run.command, files.log, s.run_timeout);
+  run.measured = read_run_measurement(pr, files, rp.plan, std::string("tune ") + name, s.skip_iterations);
+  if (!s.say) return run;
+  if (run.measured.status == MeasurementStatus::OutOfMemory)
+    s.say("         out of memory: the plan does not fit (" + run.measured.failure + ")");
+  else if (run.measured.step_seconds)
+    s.say("         " + prediction_against_measurement(rp.predicted_seconds, *run.measured.step_seconds));
+  return run;
+}
+
+}  // namespace
+
+std::string megatron_flags_line(const Plan& p, const ModelSpec& m) {
+  const std::string emitted = megatron_flags(p, m);
+  std::string out;
+  size_t start = 0;
+  while (start < emitted.size()) {
+    size_t end = emitted.find('\n', start);
+    if (end == std::string::npos) end = emitted.size();
+    const std::string line = emitted.substr(start, end - start);
+    if (!line.empty() && line[0] == '#') break;  // emit's comment lines name what has no flag
+    out += (out.empty() ? "" : " ") + line;
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string prediction_against_measurement(double predicted, double measured) {
+  std::string text = "predicted " + seconds_text(predicted) + ", measured " + seconds_text(measured);
+  const double rel = predicted / measured - 1;
+  if (!std::isfinite(rel)) return text;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ": the prediction %.1f%% %s", 100 * std::abs(rel), rel >= 0 ? "high" : "low");
+  return text + buf;
+}
+
+TuneHooks make_tune_hooks(const TuneSetup& s) {
+  // Measured runs resolved once (model, hardware), by id: every round predicts every run again.
+  auto cases = std::make_shared<std::map<std::string, MeasuredCase>>();
+  auto case_of = [&s, cases](const Measurement& m) -> const MeasuredCase& {
+    auto it = cases->find(m.id);
+    if (it == cases->end()) it = cases->emplace(m.id, resolve_measurements({m}, s.data_dir).at(0)).first;
+    return it->second;
+  };
+  TuneHooks h;
+  h.rank = [&s](const Calibration& cal, int count, const std::set<std::string>& skip) {
+    SearchOptions opt = s.search;
+    opt.top_k = count;
+    opt.admit = [&](const Plan& p) { return (!s.runnable || s.runnable(p)) && (skip.empty() || !skip.count(plan_key(p))); };
+    const SearchResult r = search_plans(s.model, s.base, s.space, s.hardware, cal, opt);
+    if (r.top.empty()) throw UserError(explain_infeasible(r, s.hardware, opt));
+    std::vector<RankedPlan> out;
+    for (const Candidate& c : r.top)
+      out.push_back({c.plan, plan_key(c.plan), c.estimate.time.step_seconds, c.estimate.memory.peak_bytes});
+    return out;
+  };
+  h.run = [&s](const RankedPlan& rp, int index) { return run_one(s, rp, index); };
+  h.predict = [case_of](const Measurement& m, const Calibration& cal) {
+    return predict(case_of(m), Quantity::StepSeconds, cal);
+  };
+  h.refit = [&s, case_of](const std::vector<Measurement>& measured, const Calibration& current) {
+    std::vector<MeasuredCase> cs;
+    for (const Measurement& m : measured) cs.push_back(case_of(m));
+    return refit_for_tune(std::move(cs), current, s.start, s.refit);
+  };
+  return h;
+}
+
+}  // namespace lcplan
