@@ -2,10 +2,9 @@
 
 #include <cmath>
 
-#include "estimator/plan_rules.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
-#include "models/zoo.h"
+#include "estimator/plan_inputs.h"
 
 namespace lcplan {
 
@@ -353,17 +352,18 @@ std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& m
   out.reserve(ms.size());
   for (const Measurement& m : ms) {
     if (!m.not_modelled.empty()) continue;
-    MeasuredCase c{m, model_for_plan(load_model(m.plan.model, data_dir), m.plan), load_hardware(m.plan.hardware, data_dir)};
+    InputChoices choices;
+    choices.with_calibration = false;  // predict() resolves the calibration for each run
+    PlanInputs in = load_plan_inputs(m.plan, data_dir, choices);
     try {
-      require_valid_plan(c.model, c.meas.plan);
-      if (const std::string e = precision_support_error(c.hw, c.meas.plan.precision); !e.empty()) throw UserError(e);
+      check_plan_inputs(in, m.plan);
     } catch (const UserError& e) {
       if (!impossible) throw UserError("measurement \"" + m.id + "\": " + e.what());
       impossible->push_back(m);
       impossible->back().not_modelled = std::string("impossible configuration: ") + e.what();
       continue;
     }
-    out.push_back(std::move(c));
+    out.push_back({m, std::move(in.model), std::move(in.hardware)});
   }
   return out;
 }

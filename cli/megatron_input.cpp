@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/plan_flags.h"
+#include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "search/megatron_args.h"
@@ -24,7 +25,7 @@ StartingPoint starting_point(const PlanFlags& f, bool allow_lists) {
                                                        f.megatron_args_file)
                                : parse_megatron_args(f.megatron_args);
   if (!f.model.empty()) {
-    s.model = load_named_model(f.model);
+    s.model = load_named_model(f.model, data_dir());
   } else if (l.model) {
     s.model = l.model;
   } else {

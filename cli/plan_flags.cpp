@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 
+#include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
 
@@ -180,51 +181,13 @@ Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
   return p;
 }
 
-}  // namespace lcplan::cli
-
-#include <cctype>
-#include <filesystem>
-
-#include "common/data_dir.h"
-#include "models/zoo.h"
-
-namespace lcplan::cli {
-
-namespace {
-
-// Runs `load` for a name the user gave; a filesystem error while looking it up (a name too long to be a file name,
-// a path through a file) is the user's input, not a bug, and becomes one sentence naming the value.
-template <typename F>
-auto looked_up(const char* what, const std::string& name, F load) {
-  try {
-    return load();
-  } catch (const std::filesystem::filesystem_error& e) {
-    std::string why = e.code().message();
-    if (!why.empty()) why[0] = char(std::tolower(static_cast<unsigned char>(why[0])));
-    throw UserError(std::string(what) + " \"" + name + "\" cannot be looked up (" + why +
-                    "; give a name from the zoo or data/ folder, or the path of a JSON file)");
-  }
-}
-
-}  // namespace
-
-ModelSpec load_named_model(const std::string& name) {
-  return looked_up("model", name, [&] { return load_model(name, data_dir()); });
-}
-
 Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model) {
-  const std::string dir = data_dir();
-  const std::string cal = calibration_override.empty() ? "default" : calibration_override;
-  Inputs in{model ? model_for_plan(*model, plan)
-                  : looked_up("model", plan.model, [&] { return model_for_plan(load_model(plan.model, dir), plan); }),
-            looked_up("hardware", plan.hardware, [&] { return load_hardware(plan.hardware, dir); }),
-            looked_up("calibration", cal, [&] { return load_calibration(cal, dir); }),
-            Calibration{}};
-  require_known_implementation(in.calibration, plan.implementation);
-  in.profile = in.calibration;
-  in.calibration = calibration_for(in.profile, in.hardware.name, plan.implementation);
+  InputChoices c;
+  if (!calibration_override.empty()) c.calibration = calibration_override;
+  c.model = model;
+  Inputs in = load_plan_inputs(plan, data_dir(), c);
+  check_plan_inputs(in, plan, /*rules=*/false);  // estimate checks the rules itself; a search's plan is not chosen yet
   if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
-  if (const std::string e = precision_support_error(in.hardware, plan.precision); !e.empty()) throw UserError(e);
   return in;
 }
 

@@ -9,6 +9,8 @@
 #include <CLI/CLI.hpp>
 
 #include "estimator/plan.h"
+#include "estimator/plan_inputs.h"
+#include "models/model_spec.h"
 
 namespace lcplan::cli {
 
@@ -45,27 +47,10 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists);
 // The flags applied on top of a plan, then the checks that a model, a GPU count and a sequence length are known.
 Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists);
 
-}  // namespace lcplan::cli
-
-#include "estimator/calibration.h"
-#include "estimator/hardware.h"
-#include "models/model_spec.h"
-
-namespace lcplan::cli {
-
-// Everything a plan refers to by name, loaded from the zoo and data/.
-struct Inputs {
-  ModelSpec model;
-  Hardware hardware;
-  Calibration calibration;  // the profile resolved for the plan's hardware and implementation
-  Calibration profile;      // the profile as loaded (bands, overrides for other hardware)
-};
-// Also fills plan.gpus_per_node from the hardware profile when the plan leaves it at 0. A `model` given (one built
-// from Megatron shape flags, or already loaded) is used instead of loading plan.model.
+// The plan's inputs (estimator/plan_inputs.h) from data_dir(), --calibration (empty: the default profile) and a model
+// already built (Megatron shape flags); fills plan.gpus_per_node from the hardware profile when the plan leaves it 0.
+using Inputs = PlanInputs;
 Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model = {});
-
-// A model by zoo name or config.json path; a name too long to look up becomes one sentence.
-ModelSpec load_named_model(const std::string& name);
 
 // What a command starts from: plan_from_flags, or a Megatron-LM launch (--megatron-args / --megatron-args-file)
 // read for its model (--model, else the launch's shape flags) and GPU count (--gpus, else WORLD_SIZE or

@@ -22,7 +22,7 @@
 #include "estimator/calibration.h"
 #include "estimator/estimate.h"
 #include "estimator/hardware.h"
-#include "estimator/plan_rules.h"
+#include "estimator/plan_inputs.h"
 #include "models/model_table.h"
 #include "models/zoo.h"
 #include "search/emit.h"
@@ -110,34 +110,35 @@ json record_arg(py::handle h, const std::string& what) {
   return from_python(h, what);
 }
 
+// A hardware or calibration argument: a profile name or JSON path (loaded by name) or a dict (given inline).
+void choose_hardware(py::handle h, Plan& plan, InputChoices& c) {
+  if (h.is_none()) return;
+  if (py::isinstance<py::str>(h)) {
+    plan.hardware = h.cast<std::string>();  // as `--hardware` does
+  } else if (py::isinstance<py::dict>(h)) {
+    const json j = from_python(h, "hardware");
+    c.hardware = hardware_from_json(j, j.contains("name") && j.at("name").is_string() ? j.at("name").get<std::string>() : "hardware");
+  } else {
+    throw UserError("hardware must be a profile name, a JSON path or a dict, not a " + type_name(h));
+  }
+}
+
+void choose_calibration(py::handle h, InputChoices& c) {
+  if (h.is_none()) return;
+  if (py::isinstance<py::str>(h)) c.calibration = h.cast<std::string>();
+  else if (py::isinstance<py::dict>(h)) c.profile = calibration_from_json(from_python(h, "calibration"), "calibration");
+  else throw UserError("calibration must be a profile name, a JSON path or a dict, not a " + type_name(h));
+}
+
 py::dict estimate_py(py::handle plan_arg, py::handle hardware_arg, py::handle calibration_arg) {
   Plan plan = plan_from_json(record_arg(plan_arg, "plan"));
-  const std::string dir = data_dir();
-  Hardware hw;
-  if (hardware_arg.is_none()) {
-    hw = load_hardware(plan.hardware, dir);
-  } else if (py::isinstance<py::str>(hardware_arg)) {
-    plan.hardware = hardware_arg.cast<std::string>();  // as `--hardware` does
-    hw = load_hardware(plan.hardware, dir);
-  } else if (py::isinstance<py::dict>(hardware_arg)) {
-    const json j = from_python(hardware_arg, "hardware");
-    hw = hardware_from_json(j, j.contains("name") && j.at("name").is_string() ? j.at("name").get<std::string>() : "hardware");
-  } else {
-    throw UserError("hardware must be a profile name, a JSON path or a dict, not a " + type_name(hardware_arg));
-  }
-  Calibration cal;
-  if (calibration_arg.is_none()) cal = load_calibration("default", dir);
-  else if (py::isinstance<py::str>(calibration_arg)) cal = load_calibration(calibration_arg.cast<std::string>(), dir);
-  else if (py::isinstance<py::dict>(calibration_arg)) cal = calibration_from_json(from_python(calibration_arg, "calibration"), "calibration");
-  else throw UserError("calibration must be a profile name, a JSON path or a dict, not a " + type_name(calibration_arg));
-  // The same steps as `lcplan estimate`, so that the record is the CLI's bit for bit.
-  require_known_implementation(cal, plan.implementation);
-  cal = calibration_for(cal, hw.name, plan.implementation);
-  const ModelSpec model = model_for_plan(load_model(plan.model, dir), plan);
-  if (plan.gpus_per_node == 0) plan.gpus_per_node = hw.gpus_per_node;
-  if (const std::string e = precision_support_error(hw, plan.precision); !e.empty()) throw UserError(e);
-  require_valid_plan(model, plan);
-  return to_python(estimate_to_json(estimate(model, plan, hw, cal), plan));
+  InputChoices c;
+  choose_hardware(hardware_arg, plan, c);
+  choose_calibration(calibration_arg, c);
+  // The same loader and steps as `lcplan estimate`, so that the record is the CLI's bit for bit.
+  const PlanInputs in = load_checked_inputs(plan, data_dir(), c);
+  if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
+  return to_python(estimate_to_json(estimate(in.model, plan, in.hardware, in.calibration), plan));
 }
 
 // ---- search ------------------------------------------------------------------------------------------------------
@@ -251,14 +252,14 @@ py::dict search_py(const py::kwargs& kw) {
   if (a.count("offload_optimizer")) c.offload_optimizer = values_of<bool>(a.at("offload_optimizer"), "offload_optimizer", bool_of);
   Plan plan = plan_from_json(base);
 
-  const std::string dir = data_dir();
-  const ModelSpec model = model_for_plan(load_model(plan.model, dir), plan);
-  const Hardware hw = load_hardware(plan.hardware, dir);
-  const Calibration profile = load_calibration(a.count("calibration") ? str_of(a.at("calibration"), "calibration") : "default", dir);
-  require_known_implementation(profile, plan.implementation);
-  const Calibration cal = calibration_for(profile, hw.name, plan.implementation);
+  InputChoices choices;
+  if (a.count("calibration")) choices.calibration = str_of(a.at("calibration"), "calibration");
+  const PlanInputs in = load_plan_inputs(plan, data_dir(), choices);
+  check_plan_inputs(in, plan, /*rules=*/false);  // the search chooses the free dimensions
+  const ModelSpec& model = in.model;
+  const Hardware& hw = in.hardware;
+  const Calibration& cal = in.calibration;
   if (plan.gpus_per_node == 0) plan.gpus_per_node = hw.gpus_per_node;
-  if (const std::string e = precision_support_error(hw, plan.precision); !e.empty()) throw UserError(e);
   if (plan.global_batch == 0) plan.global_batch = plan.gpus;  // `lcplan search`'s default: one sequence per GPU
 
   SearchOptions opt;
