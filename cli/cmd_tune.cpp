@@ -37,7 +37,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Step-time coefficients a handful of runs of one model on one machine can move; the fit keeps at its prior any
-// the runs do not identify (calibrate/calibrate_fit.h).
+// the runs do not identify (calibrate/calibrate_fit.h). By default those the starting calibration can fit.
 const char* kDefaultFit =
     "time.gemm_efficiency,time.attention_efficiency,time.grouped_gemm_efficiency,time.a2a_nvlink_efficiency,"
     "time.step_overhead_seconds";
@@ -45,7 +45,7 @@ const char* kDefaultFit =
 struct TuneArgs {
   PlanFlags plan;
   SearchFlags search;
-  std::string launcher = "exec", per_round = "3", max_runs = "9", max_rounds = "4", fit = kDefaultFit;
+  std::string launcher = "exec", per_round = "3", max_runs = "9", max_rounds = "4", fit;
   std::string prior_width = "1", run_dir = "tune-runs", log, out, calibration_out, run_timeout = "3600";
   std::string exec_args = "--steps 3", mpirun = "mpirun", exec, skip_iterations = "1";
   bool fresh = false;
@@ -114,7 +114,7 @@ TuneSettings parse_settings(TuneArgs& a) {
                       " contradicts --launcher exec, which runs lcplan-exec (drop it, or give a command template)");
     a.plan.implementation = "lcplan-exec";
   }
-  t.fit_keys = split_commas(a.fit);
+  t.fit_keys = split_commas(a.fit.empty() ? kDefaultFit : a.fit);
   if (t.fit_keys.empty()) throw UserError("--fit names no coefficient (give comma-separated keys such as time.gemm_efficiency)");
   for (const std::string& k : t.fit_keys) {
     const CoefficientInfo* info = find_coefficient(k);
@@ -122,17 +122,39 @@ TuneSettings parse_settings(TuneArgs& a) {
       throw UserError("--fit " + k + " is not a fittable coefficient (see the keys of data/calibration/default.json)");
   }
   // Paths are checked before any run, so a bad one cannot waste a run.
-  std::error_code ec;
-  fs::create_directories(a.run_dir, ec);
-  if (ec || !fs::is_directory(a.run_dir)) throw UserError("--run-dir " + a.run_dir + " cannot be created: " + ec.message());
+  // The run folder is made by the first run, so a tune refused here leaves no empty folder behind.
+  fs::path existing = fs::absolute(a.run_dir);
+  while (!fs::exists(existing) && existing.has_parent_path() && existing != existing.parent_path()) existing = existing.parent_path();
+  if (!fs::is_directory(existing) || ::access(existing.c_str(), W_OK) != 0)
+    throw UserError("--run-dir " + a.run_dir + " cannot be created (" + existing.string() +
+                    " is not a writable folder; give another --run-dir)");
   t.log_path = a.log.empty() ? (fs::path(a.run_dir) / "tune-log.json").string() : a.log;
-  for (const std::string* f : {&a.out, &a.calibration_out, &t.log_path})
+  for (const std::string* f : {&a.out, &a.calibration_out, &a.log})
     if (!f->empty() && !fs::is_directory(fs::path(*f).parent_path().empty() ? fs::path(".") : fs::path(*f).parent_path()))
       throw UserError(*f + ": its directory does not exist (create it or give another path)");
   return t;
 }
 
-// What the tune was asked: a log written for another request is not resumed (tune/tune_log.h).
+// The fit moves coefficients by factors, so one the starting calibration holds at 0 cannot be fitted: the default
+// set leaves such keys out (a CPU profile has no fixed per-step cost), a --fit naming one is refused before any run.
+void choose_fit_keys(const TuneArgs& a, TuneSettings& t, const Calibration& start) {
+  std::vector<std::string> usable;
+  for (const std::string& k : t.fit_keys) {
+    if (start.*(find_coefficient(k)->member) > 0) {
+      usable.push_back(k);
+      continue;
+    }
+    if (!a.fit.empty())
+      throw UserError("--fit " + k + " cannot be refitted: the starting calibration " + start.name +
+                      " holds it at 0 and a fit moves coefficients by factors (drop it from --fit)");
+  }
+  if (usable.empty()) throw UserError("--fit leaves nothing to refit: the starting calibration " + start.name +
+                                      " holds every candidate at 0 (give --fit keys it holds positive)");
+  t.fit_keys = usable;
+}
+
+// What the tune was asked: a log written for another request is not resumed (tune/tune_log.h). The refit settings
+// (--fit, --prior-width) are not part of it: the runs stand whatever is refitted from them.
 nlohmann::json tune_request(const TuneArgs& a, const TuneSettings& t, const SearchSetup& setup, const std::string& tmpl,
                             const Calibration& start) {
   const PlanFlags& f = a.plan;
@@ -146,8 +168,6 @@ nlohmann::json tune_request(const TuneArgs& a, const TuneSettings& t, const Sear
           {"objective", a.search.objective},
           {"launcher", tmpl},
           {"plans_per_round", t.loop.plans_per_round},
-          {"fit", t.fit_keys},
-          {"prior_width", t.prior_width},
           {"start_calibration", calibration_to_json(start)}};
 }
 
@@ -208,7 +228,7 @@ int write_outcome(const TuneArgs& a, const TuneState& state, const TuneOutcome& 
 }
 
 int run_tune_command(TuneArgs& a) {
-  const TuneSettings t = parse_settings(a);
+  TuneSettings t = parse_settings(a);
   SearchSetup setup = prepare_search(a.plan, a.search);
   const Inputs& in = setup.in;
   print_warnings(setup.start);
@@ -218,15 +238,24 @@ int run_tune_command(TuneArgs& a) {
   ts.start.per_hardware.clear();
   ts.start.per_implementation.clear();
   ts.start.fit = nullptr;
+  choose_fit_keys(a, t, ts.start);
   const std::string exec_path = a.exec.empty() ? default_exec_path() : a.exec;
   ts.launch_template = t.exec ? a.mpirun + " -np {gpus} " + shell_quote(exec_path) + " --plan {plan} --out {out} " + a.exec_args
                               : a.launcher;
   const nlohmann::json request = tune_request(a, t, setup, ts.launch_template, ts.start);
   TuneState state;
   state.calibration = ts.start;
+  const nlohmann::json refit = {{"fit", t.fit_keys}, {"prior_width", t.prior_width}};
   if (!a.fresh && fs::exists(t.log_path)) {
-    state = tune_state_from_log(read_json_file(t.log_path, "tune log"), request, t.log_path);
+    const nlohmann::json log = read_json_file(t.log_path, "tune log");
+    state = tune_state_from_log(log, request, t.log_path);
     std::printf("resuming %s: %zu runs, %zu rounds done\n", t.log_path.c_str(), state.runs.size(), state.rounds.size());
+    if (log.value("refit", nlohmann::json()) != refit) {
+      // Other refit settings: the runs stay, their rounds are refitted again from the start.
+      std::printf("the refit settings changed (--fit, --prior-width): the %zu runs are kept and refitted\n", state.runs.size());
+      state.rounds.clear();
+      state.calibration = ts.start;
+    }
   }
   ts.model = in.model;
   ts.hardware = in.hardware;
@@ -250,7 +279,9 @@ int run_tune_command(TuneArgs& a) {
   };
   TuneHooks hooks = make_tune_hooks(ts);
   auto write_log = [&](const TuneState& s, const std::optional<TuneOutcome>& o) {
-    write_file_atomic(t.log_path, tune_log_json(request, s, o).dump(2) + "\n");
+    nlohmann::json j = tune_log_json(request, s, o);
+    j["refit"] = refit;
+    write_file_atomic(t.log_path, j.dump(2) + "\n");
   };
   hooks.on_run = [&](const TuneState& s) { write_log(s, std::nullopt); };
   hooks.on_round = [&](const TuneState& s) {
@@ -282,7 +313,8 @@ void register_tune(CLI::App& app, int& exit_code) {
   cmd->add_option("--plans-per-round", a->per_round, "the best plans run each round, those not run yet (default 3)");
   cmd->add_option("--max-runs", a->max_runs, "runs over the whole tune, resumed ones included (default 9)");
   cmd->add_option("--max-rounds", a->max_rounds, "rounds (default 4)");
-  cmd->add_option("--fit", a->fit, std::string("coefficients refitted to the runs (default ") + kDefaultFit + ")");
+  cmd->add_option("--fit", a->fit, std::string("coefficients refitted to the runs (default: those of ") + kDefaultFit +
+                                       " the starting calibration holds positive)");
   cmd->add_option("--prior-width", a->prior_width,
                   "how far (natural log) the refit may move a coefficient from the starting calibration before the runs "
                   "must insist (default 1, a factor of e)");

@@ -1,6 +1,7 @@
 // The tune log (README "Tune"): what a tune was asked, every run it made with its measurement, every round with
 // its refit and ranking, and the current calibration. Written after every run and round; a tune started again with
-// the same request resumes from it.
+// the same request resumes from it. The caller adds "refit" ({fit, prior_width}): a tune resumed with other refit
+// settings keeps its runs and refits them again.
 //
 // {"lcplan_tune_log": 1, "request": {...}, "calibration": {calibration profile}, "stop": "..."?, "chosen_run": n?,
 //  "runs": [{"index", "round", "plan", "predicted_step_seconds", "predicted_peak_bytes", "command", "log",

@@ -135,6 +135,48 @@ TEST(TuneCli, ConvergesOnAKnownMachineFromAWrongCalibrationAndResumes) {
   EXPECT_EQ(read_json(dir / "best.json"), fastest_plan(log));
 }
 
+// The machine's own CPU calibration (cpu-measured holds lcplan-exec's per-step overhead at 0): the default fit set
+// is what that profile can fit, so the tune finishes; a changed --fit resumes from the same runs; a --fit naming a
+// coefficient the profile holds at 0 is refused before any run, naming --fit (issue 28, item 4).
+std::vector<std::string> cpu_profile_tune(const fs::path& dir) {
+  const std::string launcher = std::string(LCPLAN_SYNTHETIC_MACHINE) + " --plan {plan} --out {out} --truth cpu-measured";
+  return {"tune", "--model", "tests/tune/tiny-moe.json", "--hardware", "cpu-amd-epyc-2c", "--gpus", "2", "--seq",
+          "1024", "--global-batch", "2", "--headroom", "0.5", "--calibration", "cpu-measured", "--implementation",
+          "lcplan-exec", "--launcher", launcher, "--plans-per-round", "2", "--max-runs", "4", "--run-dir",
+          (dir / "runs").string(), "--out", (dir / "best.json").string()};
+}
+
+TEST(TuneCli, TheMachinesOwnCalibrationTunesAndAChangedFitResumes) {
+  const fs::path dir = scratch() / "cpu";
+  fs::create_directories(dir);
+  const Outcome a = run_lcplan(cpu_profile_tune(dir));
+  ASSERT_EQ(a.status, 0) << a.out << a.err;
+  const nlohmann::json log = read_json(dir / "runs" / "tune-log.json");
+  const size_t runs = log.at("runs").size();
+  ASSERT_GE(runs, 2u) << a.out;
+  for (const auto& k : log.at("refit").at("fit")) EXPECT_NE(k, "time.step_overhead_seconds") << log.at("refit");
+
+  std::vector<std::string> refit = cpu_profile_tune(dir);
+  refit.insert(refit.end(), {"--fit", "time.gemm_efficiency"});
+  const Outcome b = run_lcplan(refit);
+  ASSERT_EQ(b.status, 0) << b.out << b.err;
+  EXPECT_NE(b.out.find("resuming"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("refitted"), std::string::npos) << b.out;
+  const nlohmann::json again = read_json(dir / "runs" / "tune-log.json");
+  EXPECT_EQ(again.at("runs").size(), runs);  // the budget was spent: nothing new ran
+  EXPECT_EQ(again.at("refit").at("fit"), nlohmann::json::array({"time.gemm_efficiency"}));
+  for (size_t i = 0; i < runs; ++i) EXPECT_EQ(again.at("runs")[i].at("plan"), log.at("runs")[i].at("plan")) << i;
+
+  fs::create_directories(scratch() / "cpu-zero");
+  std::vector<std::string> zero = cpu_profile_tune(scratch() / "cpu-zero");
+  zero.insert(zero.end(), {"--fit", "time.step_overhead_seconds"});
+  const Outcome c = run_lcplan(zero);
+  EXPECT_EQ(c.status, 2) << c.out << c.err;
+  EXPECT_NE(c.err.find("--fit time.step_overhead_seconds"), std::string::npos) << c.err;
+  EXPECT_EQ(std::count(c.err.begin(), c.err.end(), '\n'), 1) << c.err;
+  EXPECT_FALSE(fs::exists(scratch() / "cpu-zero" / "runs")) << "a refused tune left a run folder behind";
+}
+
 std::vector<std::string> exec_tune(const fs::path& dir) {
   return {"tune", "--model", "tests/tune/tiny-moe.json", "--hardware", "tests/tune/cpu-4-ranks.json", "--gpus", "4",
           "--seq", "1024", "--global-batch", "4", "--headroom", "0.5", "--launcher", "exec", "--mpirun",
@@ -199,6 +241,7 @@ TEST(TuneCli, TemplateLauncherIngestsMegatronLogs) {
 
 TEST(TuneCli, BadInputGetsOneSentence) {
   const fs::path dir = scratch() / "bad";
+  fs::create_directories(dir);
   struct Case {
     std::vector<std::string> args;
     std::string want;
