@@ -178,13 +178,7 @@ void register_tune(CLI::App& app, int& exit_code) {
                                   : a->launcher;
 
     nlohmann::json request = {{"base_plan", plan_to_json(base)},
-                              {"space", {{"tp", a->plan.tp}, {"pp", a->plan.pp}, {"vpp", a->plan.vpp}, {"cp", a->plan.cp},
-                                         {"ep", a->plan.ep}, {"etp", a->plan.etp}, {"micro_batch", a->plan.micro_batch},
-                                         {"ep_chunks", a->plan.ep_chunks}, {"recompute", a->plan.recompute},
-                                         {"recompute_layers", a->plan.recompute_layers},
-                                         {"sharding", optimizer_sharding_flag(a->plan)},
-                                         {"linear_ce", a->plan.linear_ce_on ? "on" : a->plan.linear_ce_off ? "off" : ""},
-                                         {"offload_optimizer", a->plan.offload_optimizer}}},
+                              {"space", setup.space_request},
                               {"headroom_bytes", setup.options.headroom_bytes},
                               {"objective", a->search.objective},
                               {"launcher", tmpl},
