@@ -170,17 +170,14 @@ double number_of(py::handle h, const std::string& name) {
   if (!std::isfinite(v)) throw UserError(name + " " + py::repr(h).cast<std::string>() + " is not a finite number");
   return v;
 }
+
 // A dimension the search may pin (one value) or restrict (a list) as the space request's array
 // (search/space_constraints.h), each value checked for its kind in Python's words.
 json space_values(py::handle h, const SpaceDimension& d) {
   auto one = [&d](py::handle v) -> json {
-    switch (d.kind) {
-      case DimensionKind::Count: return d.least > 0 ? positive_int_of(v, d.key) : int_of(v, d.key);
-      case DimensionKind::Switch: return bool_of(v, d.key);
-      case DimensionKind::Sharding:
-      case DimensionKind::Recompute: break;
-    }
-    return str_of(v, d.key);
+    if (d.kind == DimensionKind::Count) return d.least > 0 ? positive_int_of(v, d.key) : int_of(v, d.key);
+    if (d.kind == DimensionKind::Switch) return bool_of(v, d.key);
+    return str_of(v, d.key);  // a sharding or recompute name
   };
   json out = json::array();
   if (!py::isinstance<py::list>(h) && !py::isinstance<py::tuple>(h)) {
