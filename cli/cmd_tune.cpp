@@ -157,13 +157,8 @@ void choose_fit_keys(const TuneArgs& a, TuneSettings& t, const Calibration& star
 // (--fit, --prior-width) are not part of it: the runs stand whatever is refitted from them.
 nlohmann::json tune_request(const TuneArgs& a, const TuneSettings& t, const SearchSetup& setup, const std::string& tmpl,
                             const Calibration& start) {
-  const PlanFlags& f = a.plan;
   return {{"base_plan", plan_to_json(setup.base)},
-          {"space", {{"tp", f.tp}, {"pp", f.pp}, {"vpp", f.vpp}, {"cp", f.cp}, {"ep", f.ep}, {"etp", f.etp},
-                     {"micro_batch", f.micro_batch}, {"ep_chunks", f.ep_chunks}, {"recompute", f.recompute},
-                     {"recompute_layers", f.recompute_layers}, {"sharding", optimizer_sharding_flag(f)},
-                     {"linear_ce", f.linear_ce_on ? "on" : f.linear_ce_off ? "off" : ""},
-                     {"offload_optimizer", f.offload_optimizer}}},
+          {"space", setup.space_request},
           {"headroom_bytes", setup.options.headroom_bytes},
           {"objective", a.search.objective},
           {"launcher", tmpl},

@@ -2,46 +2,39 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "common/progress.h"
 #include "common/user_error.h"
-#include "search/space_constraints.h"
 
 namespace lcplan::cli {
 
 namespace {
 
-template <typename T>
-std::vector<T> parse_list(const std::string& text, T (*one)(const std::string&)) {
-  std::vector<T> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    out.push_back(one(text.substr(start, comma - start)));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+// The dimension flags given, as search/space_constraints.h's request: whole numbers parsed here (one sentence per
+// bad entry of a comma list), names as written; --linear-ce / --no-linear-ce and --offload-optimizer as switches.
+nlohmann::json space_request(const PlanFlags& f) {
+  static const std::map<std::string, std::string PlanFlags::*> text = {
+      {"tp", &PlanFlags::tp},
+      {"pp", &PlanFlags::pp},
+      {"vpp", &PlanFlags::vpp},
+      {"cp", &PlanFlags::cp},
+      {"ep", &PlanFlags::ep},
+      {"etp", &PlanFlags::etp},
+      {"micro_batch", &PlanFlags::micro_batch},
+      {"ep_chunks", &PlanFlags::ep_chunks},
+      {"recompute_layers", &PlanFlags::recompute_layers},
+      {"recompute", &PlanFlags::recompute}};
+  nlohmann::json r = nlohmann::json::object();
+  for (const SpaceDimension& d : space_dimensions()) {
+    if (d.kind == DimensionKind::Switch) continue;
+    const std::string given = d.kind == DimensionKind::Sharding ? optimizer_sharding_flag(f) : f.*text.at(d.key);
+    if (given.empty()) continue;
+    r[d.key] = d.kind == DimensionKind::Count ? nlohmann::json(parse_int_list(given, d.flag, d.least)) : nlohmann::json(given);
   }
-  return out;
-}
-
-// Flags restrict dimensions (search/space_constraints.h checks each pinned value alone).
-PlanSpace space_from_flags(const PlanFlags& f, const ModelSpec& m, const Plan& base) {
-  SpaceConstraints c;
-  const std::pair<const std::string&, std::optional<std::vector<int>>&> sizes[] = {
-      {f.tp, c.tp}, {f.pp, c.pp}, {f.vpp, c.vpp}, {f.cp, c.cp}, {f.ep, c.ep}, {f.etp, c.etp}};
-  const char* names[] = {"--tp", "--pp", "--vpp", "--cp", "--ep", "--etp"};
-  for (size_t i = 0; i < std::size(sizes); ++i)
-    if (!sizes[i].first.empty()) sizes[i].second = parse_int_list(sizes[i].first, names[i]);
-  if (!f.micro_batch.empty()) c.micro_batch = parse_int_list(f.micro_batch, "--micro-batch");
-  if (!f.ep_chunks.empty()) c.ep_chunks = parse_int_list(f.ep_chunks, "--ep-chunks");
-  if (!f.recompute_layers.empty()) c.recompute_layers = parse_int_list(f.recompute_layers, "--recompute-layers", 0);
-  const std::string sharding = optimizer_sharding_flag(f);
-  if (!sharding.empty()) c.sharding = parse_list<OptimizerSharding>(sharding, parse_optimizer_sharding);
-  if (!f.recompute.empty()) c.recompute = parse_list<Recompute>(f.recompute, parse_recompute);
-  if (f.linear_ce_on) c.linear_ce = std::vector<bool>{true};
-  if (f.linear_ce_off) c.linear_ce = std::vector<bool>{false};
-  if (f.offload_optimizer) c.offload_optimizer = std::vector<bool>{true};
-  return constrained_space(m, base, c, "--");
+  if (f.linear_ce_on || f.linear_ce_off) r["linear_ce"] = f.linear_ce_on;
+  if (f.offload_optimizer) r["offload_optimizer"] = true;
+  return r;
 }
 
 }  // namespace
@@ -93,8 +86,9 @@ SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
     opt.throughput_floor = parse_number(a.floor, "--throughput-floor", 0, HUGE_VAL, "0 or more tokens/s per GPU");
   }
   opt.top_k = parse_int_in(a.top, "--top", 1, 1000);
-  PlanSpace space = space_from_flags(flags, in.model, base);
-  return {std::move(start), std::move(base), std::move(in), std::move(opt), std::move(space)};
+  nlohmann::json request = space_request(flags);
+  PlanSpace space = search_space(in.model, base, parse_space_request(request, Naming::Flags), Naming::Flags);
+  return {std::move(start), std::move(base), std::move(in), std::move(opt), std::move(request), std::move(space)};
 }
 
 SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {

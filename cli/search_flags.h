@@ -10,6 +10,7 @@
 #include "cli/plan_flags.h"
 #include "search/reduce.h"
 #include "search/search.h"
+#include "search/space_constraints.h"
 
 namespace lcplan::cli {
 
@@ -27,6 +28,7 @@ struct SearchSetup {
   Plan base;
   Inputs in;
   SearchOptions options;
+  nlohmann::json space_request;  // the dimension flags given (search/space_constraints.h), as tune records them
   PlanSpace space;
 };
 // Throws UserError for bad flags.

@@ -143,19 +143,6 @@ py::dict estimate_py(py::handle plan_arg, py::handle hardware_arg, py::handle ca
 
 // ---- search ------------------------------------------------------------------------------------------------------
 
-// One value or a list of them, for a dimension the search may pin (one value) or restrict (a list).
-template <typename T>
-std::vector<T> values_of(py::handle h, const std::string& name, T (*one)(py::handle, const std::string&)) {
-  std::vector<T> out;
-  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
-    for (py::handle v : h) out.push_back(one(v, name));
-    if (out.empty()) throw UserError(name + " is an empty list (give a value, or a list of at least one)");
-  } else {
-    out.push_back(one(h, name));
-  }
-  return out;
-}
-
 int int_of(py::handle h, const std::string& name) {
   if (py::isinstance<py::bool_>(h) || !py::isinstance<py::int_>(h))
     throw UserError(name + " " + py::repr(h).cast<std::string>() + " is not a whole number (valid: an int, or a list of ints)");
@@ -184,15 +171,35 @@ double number_of(py::handle h, const std::string& name) {
   if (!std::isfinite(v)) throw UserError(name + " " + py::repr(h).cast<std::string>() + " is not a finite number");
   return v;
 }
-OptimizerSharding sharding_of(py::handle h, const std::string& name) { return parse_optimizer_sharding(str_of(h, name)); }
-Recompute recompute_of(py::handle h, const std::string& name) { return parse_recompute(str_of(h, name)); }
 
+// A dimension the search may pin (one value) or restrict (a list) as the space request's array
+// (search/space_constraints.h), each value checked for its kind in Python's words.
+json space_values(py::handle h, const SpaceDimension& d) {
+  auto one = [&d](py::handle v) -> json {
+    if (d.kind == DimensionKind::Count) return d.least > 0 ? positive_int_of(v, d.key) : int_of(v, d.key);
+    if (d.kind == DimensionKind::Switch) return bool_of(v, d.key);
+    return str_of(v, d.key);  // a sharding or recompute name
+  };
+  json out = json::array();
+  if (!py::isinstance<py::list>(h) && !py::isinstance<py::tuple>(h)) {
+    out.push_back(one(h));
+    return out;
+  }
+  for (py::handle v : h) out.push_back(one(v));
+  if (out.empty()) throw UserError(std::string(d.key) + " is an empty list (give a value, or a list of at least one)");
+  return out;
+}
+
+// search()'s keyword arguments: the fixed fields, the dimensions of the space, the search options.
 const std::vector<std::string>& search_arguments() {
-  static const std::vector<std::string> names = {
-      "model", "gpus", "seq", "hardware", "gpus_per_node", "global_batch", "precision", "implementation", "calibration",
-      "sequence_parallel", "offload_activations", "routing_imbalance", "capacity_factor", "tp", "pp", "vpp", "cp", "ep",
-      "etp", "micro_batch", "ep_chunks", "recompute_layers", "optimizer_sharding", "recompute", "linear_ce",
-      "offload_optimizer", "headroom", "objective", "throughput_floor", "top"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = {"model", "gpus", "seq", "hardware", "gpus_per_node", "global_batch", "precision",
+                                  "implementation", "calibration", "sequence_parallel", "offload_activations",
+                                  "routing_imbalance", "capacity_factor"};
+    for (const SpaceDimension& d : space_dimensions()) n.push_back(d.key);
+    for (const char* k : {"headroom", "objective", "throughput_floor", "top"}) n.push_back(k);
+    return n;
+  }();
   return names;
 }
 
@@ -228,28 +235,10 @@ py::dict search_py(const py::kwargs& kw) {
     if (a.count(k)) base["moe"][k] = number_of(a.at(k), k);
 
   // Dimensions: one value pins, a list restricts; the base takes the first value, as the CLI's flags do.
-  SpaceConstraints c;
-  const std::pair<const char*, std::optional<std::vector<int>>*> sizes[] = {
-      {"tp", &c.tp}, {"pp", &c.pp}, {"vpp", &c.vpp}, {"cp", &c.cp}, {"ep", &c.ep}, {"etp", &c.etp}};
-  base["parallel"] = json::object();
-  for (const auto& [k, dst] : sizes)
-    if (a.count(k)) {
-      *dst = values_of<int>(a.at(k), k, positive_int_of);
-      base["parallel"][k] = (*dst)->front();
-    }
-  if (a.count("micro_batch")) {
-    c.micro_batch = values_of<int>(a.at("micro_batch"), "micro_batch", positive_int_of);
-    base["micro_batch"] = c.micro_batch->front();
-  }
-  if (a.count("ep_chunks")) {
-    c.ep_chunks = values_of<int>(a.at("ep_chunks"), "ep_chunks", positive_int_of);
-    base["moe"]["ep_chunks"] = c.ep_chunks->front();
-  }
-  if (a.count("recompute_layers")) c.recompute_layers = values_of<int>(a.at("recompute_layers"), "recompute_layers", int_of);
-  if (a.count("optimizer_sharding")) c.sharding = values_of<OptimizerSharding>(a.at("optimizer_sharding"), "optimizer_sharding", sharding_of);
-  if (a.count("recompute")) c.recompute = values_of<Recompute>(a.at("recompute"), "recompute", recompute_of);
-  if (a.count("linear_ce")) c.linear_ce = values_of<bool>(a.at("linear_ce"), "linear_ce", bool_of);
-  if (a.count("offload_optimizer")) c.offload_optimizer = values_of<bool>(a.at("offload_optimizer"), "offload_optimizer", bool_of);
+  json request = json::object();
+  for (const SpaceDimension& d : space_dimensions())
+    if (a.count(d.key)) request[d.key] = space_values(a.at(d.key), d);
+  const SpaceConstraints constraints = parse_space_request(request, Naming::Keywords);
   Plan plan = plan_from_json(base);
 
   InputChoices choices;
@@ -281,7 +270,7 @@ py::dict search_py(const py::kwargs& kw) {
     opt.top_k = positive_int_of(a.at("top"), "top");
     if (opt.top_k > 1000) throw UserError("top " + std::to_string(opt.top_k) + " is out of range (valid: 1 to 1000)");
   }
-  const PlanSpace space = constrained_space(model, plan, c, "");
+  const PlanSpace space = search_space(model, plan, constraints, Naming::Keywords);
   SearchResult r = [&] {
     TerminalProgress line(stderr, "searching", "plans");  // shown only when stderr is a terminal
     return search_plans(model, plan, space, hw, cal, opt, [&](const SearchProgress& s) {

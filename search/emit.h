@@ -1,4 +1,4 @@
-// Presenting search results: terminal table, JSON record, Megatron-LM command-line flags.
+// Presenting search results: terminal table, JSON record (Megatron-LM flags: search/megatron_flags.h).
 #pragma once
 
 #include <string>
@@ -14,7 +14,5 @@ std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, boo
 nlohmann::json search_json(const SearchResult& r, const ReducedRecipe& recipe);
 // One short line naming a plan's layout and options ("tp 1 pp 1 cp 2 ep 4 mb 1 fsdp full lce chunks 2").
 std::string plan_label(const Plan& p);
-// Megatron-LM flags for the plan (flag names as of Megatron-Core 0.12+; check them against your version).
-std::string megatron_flags(const Plan& p, const ModelSpec& m);
 
 }  // namespace lcplan

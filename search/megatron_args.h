@@ -9,7 +9,8 @@
 //
 // Megatron's own defaults apply where a flag is absent (no distributed optimizer, no sequence parallelism, bf16
 // only with --bf16), not lcplan's. Flags lcplan does not know are listed in `ignored`, each once; flags it reads
-// approximately get one sentence in `notes`. README "Megatron-LM interop" has the whole mapping.
+// approximately get one sentence in `notes`. Which flags are read and how is the table of search/megatron_flags.h
+// (README "Megatron-LM interop" has it in words).
 #pragma once
 
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "estimator/plan.h"
 #include "models/model_spec.h"
+#include "search/megatron_flags.h"
 
 namespace lcplan {
 
@@ -74,11 +76,6 @@ ParsedLayout parse_pipeline_layout(const std::string& layout);
 // provider for those. `with_mtp` false leaves --mtp-num-layers to the plan's flags (megatron_flags emits it).
 std::string megatron_model_flags(const ModelSpec& m, bool with_mtp = true);
 
-// Plan equality over the fields a Megatron-LM command line expresses (the round trip of README "Megatron-LM
-// interop"): seq_len, micro_batch, effective global batch, precision, tp/pp/vpp/cp/ep/etp, the pipeline request,
-// sequence_parallel (tp > 1 only), optimizer_sharding, recompute and its layers, offload, linear_ce,
-// capacity_factor, dispatcher, a2a_overlap, mtp_layers. Not compared: model, hardware, gpus, gpus_per_node,
-// implementation, routing_imbalance, ep_chunks (no Megatron flag). Returns "" when equal, else the first differing field and both values.
-std::string megatron_plan_difference(const Plan& a, const Plan& b);
+// megatron_plan_difference (search/megatron_flags.h) compares two plans over the fields the flags express.
 
 }  // namespace lcplan
