@@ -3,7 +3,7 @@
 //
 // Placeholders (README "Tune"): {plan} recipe.json path, {out} where a measurement record may be written, {log} the
 // run's log file, {run_dir}, {id}, {gpus}, {nodes}, {gpus_per_node}, {megatron_flags} (alias {flags}: the plan's
-// Megatron-LM flags, search/emit.h), {megatron_model_flags} (the model's shape flags, empty for models Megatron-LM
+// Megatron-LM flags, search/megatron_flags.h), {megatron_model_flags} (the model's shape flags, empty for models Megatron-LM
 // flags cannot describe). "{{" and "}}" are literal braces.
 #pragma once
 
