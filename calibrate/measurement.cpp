@@ -1,9 +1,11 @@
 #include "calibrate/measurement.h"
 
+#include <array>
 #include <cmath>
 
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/estimate.h"
 #include "estimator/plan_inputs.h"
 
 namespace lcplan {
@@ -41,47 +43,37 @@ std::string text(const nlohmann::json& j, const char* key, const std::string& wh
   return j.at(key).get<std::string>();
 }
 
-void only_keys(const nlohmann::json& j, std::initializer_list<const char*> keys, const std::string& where) {
+void only_keys(const nlohmann::json& j, const char* const* first, const char* const* last, const std::string& where) {
   if (!j.is_object()) throw UserError(where + " must be a JSON object");
   for (const auto& [k, _] : j.items()) {
     bool ok = false;
     std::string valid;
-    for (const char* a : keys) {
-      ok = ok || k == a;
-      valid += std::string(valid.empty() ? "" : ", ") + a;
+    for (const char* const* a = first; a != last; ++a) {
+      ok = ok || k == *a;
+      valid += std::string(valid.empty() ? "" : ", ") + *a;
     }
     if (!ok) throw UserError(where + " has unknown field \"" + k + "\" (valid: " + valid + ")");
   }
 }
 
-struct CategoryField {
-  const char* key;
-  double MemoryBreakdown::*member;
-};
-constexpr CategoryField kCategoryFields[] = {
-    {"params", &MemoryBreakdown::params},           {"grads", &MemoryBreakdown::grads},
-    {"optimizer", &MemoryBreakdown::optimizer},     {"fsdp_buffers", &MemoryBreakdown::fsdp_buffers},
-    {"activations", &MemoryBreakdown::activations}, {"logits", &MemoryBreakdown::logits},
-    {"moe_buffers", &MemoryBreakdown::moe_buffers}, {"workspace", &MemoryBreakdown::workspace},
-    {"cuda_context", &MemoryBreakdown::cuda_context}, {"fragmentation", &MemoryBreakdown::fragmentation},
-};
+void only_keys(const nlohmann::json& j, std::initializer_list<const char*> keys, const std::string& where) {
+  only_keys(j, keys.begin(), keys.end(), where);
+}
+
+constexpr std::array<const char*, kMemoryCategoryCount> kCategoryNames = [] {
+  std::array<const char*, kMemoryCategoryCount> a{};
+  for (int i = 0; i < kMemoryCategoryCount; ++i) a[i] = kMemoryCategories[i].name;
+  return a;
+}();
 
 }  // namespace
 
 MemoryBreakdown breakdown_from_json(const nlohmann::json& j, const std::string& where) {
-  only_keys(j, {"params", "grads", "optimizer", "fsdp_buffers", "activations", "logits", "moe_buffers", "workspace",
-                "cuda_context", "fragmentation"},
-            where);
+  only_keys(j, kCategoryNames.data(), kCategoryNames.data() + kCategoryNames.size(), where);
   MemoryBreakdown b;
-  for (const CategoryField& f : kCategoryFields)
-    if (j.contains(f.key)) b.*f.member = nonneg_value(j.at(f.key), where + ": \"" + f.key + "\"");
+  for (const MemoryCategoryInfo& c : kMemoryCategories)
+    if (j.contains(c.name)) b.*c.member = nonneg_value(j.at(c.name), where + ": \"" + c.name + "\"");
   return b;
-}
-
-nlohmann::json breakdown_to_json(const MemoryBreakdown& b) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const CategoryField& f : kCategoryFields) j[f.key] = b.*f.member;
-  return j;
 }
 
 Phase phase_from_string(const std::string& s, const std::string& where) {

@@ -11,8 +11,7 @@
 // A file holds a JSON array of records, or {"measurements": [...]}. Unknown fields are errors naming the field.
 //
 // Optional detail (lcplan-exec writes it; `lcplan validate` compares it with the estimate), all byte values >= 0:
-//   "breakdown": {params, grads, optimizer, fsdp_buffers, activations, logits, moe_buffers, workspace, cuda_context,
-//                 fragmentation}  at the peak (missing keys read 0),
+//   "breakdown": {"<category>": bytes} at the peak, a key per estimator/memory_categories.h row (missing keys read 0),
 //   "peak_phase": "forward" | "loss" | "backward" | "optimizer",  "peak_rank": n,
 //   "phases": {"<phase>": {"peak_bytes", "breakdown", "category_peaks", "seconds"}},
 //   "ranks": [{"rank", "peak_bytes", "peak_phase", "workspace_high_water_bytes"}],
@@ -97,9 +96,9 @@ struct Measurement {
   nlohmann::json executor;  // null when absent
 };
 
-// The breakdown record ({"params": ..}) <-> MemoryBreakdown; `where` names the record in errors (UserError).
+// The breakdown record ({"params": ..}, estimator/estimate.h breakdown_to_json writes it) -> MemoryBreakdown; `where`
+// names the record in errors (UserError).
 MemoryBreakdown breakdown_from_json(const nlohmann::json& j, const std::string& where);
-nlohmann::json breakdown_to_json(const MemoryBreakdown& b);
 // "forward" -> Phase::Forward; throws UserError naming the value otherwise.
 Phase phase_from_string(const std::string& s, const std::string& where);
 // The record as JSON (the fields the parser accepts; what lcplan-exec writes).

@@ -5,13 +5,13 @@
 #include <string>
 
 #include "calibrate/measurement.h"
+#include "calibrate/validate_run.h"
 #include "cli/commands.h"
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
-#include "executor/compare.h"
 #include "executor/scale.h"
 #include "models/zoo.h"
 
@@ -40,15 +40,15 @@ std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir) 
     require_known_implementation(profile, impl);
     const Hardware hw = load_hardware(a.hardware.empty() ? meas.plan.hardware : a.hardware, data_dir);
     const Calibration cal = calibration_for(profile, hw.name, impl);
-    const exec::Comparison c = exec::compare(sc.model, meas.plan, hw, cal, meas);
+    const Comparison c = compare(sc.model, meas.plan, hw, cal, meas);
     if (a.json) {
-      nlohmann::json j = exec::comparison_to_json(c);
+      nlohmann::json j = comparison_to_json(c);
       j["id"] = meas.id;
       j["implementation"] = impl;
       all.push_back(j);
     } else {
       text += "measurement " + meas.id + " (implementation " + impl + ", model " + sc.model.name + ")\n" +
-              exec::comparison_table(c) + "\n";
+              comparison_table(c) + "\n";
     }
   }
   return a.json ? all.dump(2) + "\n" : text;

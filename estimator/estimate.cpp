@@ -46,16 +46,11 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
 
 double peak_upper_bound(double peak_bytes, const Calibration& cal) { return cal.memory_band.measured_high(peak_bytes); }
 
-namespace {
-
-nlohmann::json breakdown_json(const MemoryBreakdown& b) {
-  return {{"params", b.params},           {"grads", b.grads},         {"optimizer", b.optimizer},
-          {"fsdp_buffers", b.fsdp_buffers}, {"activations", b.activations}, {"logits", b.logits},
-          {"moe_buffers", b.moe_buffers}, {"workspace", b.workspace}, {"cuda_context", b.cuda_context},
-          {"fragmentation", b.fragmentation}};
+nlohmann::json breakdown_to_json(const MemoryBreakdown& b) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const MemoryCategoryInfo& c : kMemoryCategories) j[c.name] = b.*c.member;
+  return j;
 }
-
-}  // namespace
 
 nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
   nlohmann::json stages = nlohmann::json::array();
@@ -65,7 +60,7 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
                       {"inflight_microbatches", s.inflight_microbatches},
                       {"peak_bytes", s.peak_bytes},
                       {"peak_phase", to_string(s.peak_phase)},
-                      {"breakdown", breakdown_json(s.breakdown)}});
+                      {"breakdown", breakdown_to_json(s.breakdown)}});
   const TimeBreakdown& t = e.time.breakdown;
   nlohmann::json j;
   j["plan"] = plan_to_json(p);
@@ -116,17 +111,19 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
                 p.recompute_layers > 0 ? (" (" + std::to_string(p.recompute_layers) + " layers)").c_str() : "",
                 p.linear_ce ? "linear CE" : "materialized logits", p.moe.ep_chunks, to_string(p.precision));
   o << line << "\nMemory per GPU (GiB), per pipeline stage at its peak phase\n";
-  std::snprintf(line, sizeof line, "%-6s %-9s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s | %7s %7s\n", "stage", "phase",
-                "params", "grads", "optim", "fsdp", "activ", "logits", "moe", "wkspc", "ctx", "frag", "GiB", "GB");
-  o << line;
+  // One printf-formatted piece of a row.
+  auto cell = [&line](const char* format, auto... args) {
+    std::snprintf(line, sizeof line, format, args...);
+    return line;
+  };
+  o << cell("%-6s %-9s", "stage", "phase");
+  for (const MemoryCategoryInfo& c : kMemoryCategories) o << cell(" %7s", c.column);
+  o << cell(" | %7s %7s\n", "GiB", "GB");
   for (const auto& s : e.memory.stages) {
-    const MemoryBreakdown& b = s.breakdown;
-    std::snprintf(line, sizeof line,
-                  "%-6d %-9s %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f %7.2f | %7.2f %7.2f\n", s.stage,
-                  to_string(s.peak_phase), b.params / GiB, b.grads / GiB, b.optimizer / GiB, b.fsdp_buffers / GiB,
-                  b.activations / GiB, b.logits / GiB, b.moe_buffers / GiB, b.workspace / GiB, b.cuda_context / GiB,
-                  b.fragmentation / GiB, s.peak_bytes / GiB, s.peak_bytes / GB);
-    o << line;
+    o << cell("%-6d %-9s", s.stage, to_string(s.peak_phase));
+    for (const MemoryCategoryInfo& c : kMemoryCategories)
+      o << cell(" %7.2f", s.breakdown.*c.member / GiB);
+    o << cell(" | %7.2f %7.2f\n", s.peak_bytes / GiB, s.peak_bytes / GB);
   }
   std::snprintf(line, sizeof line, "peak: %.2f GiB (%.2f GB) on stage %d during %s; capacity %.2f GiB -> %s\n",
                 e.memory.peak_bytes / GiB, e.memory.peak_bytes / GB, e.memory.peak_stage,

@@ -40,6 +40,8 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
 
 // The design's record format (README "Estimate record").
 nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);
+// A breakdown as records hold it: {"<category name>": bytes} for every kMemoryCategories row.
+nlohmann::json breakdown_to_json(const MemoryBreakdown& b);
 
 // The upper end of a peak's band under a calibration (the peak when the profile has no memory band).
 double peak_upper_bound(double peak_bytes, const Calibration& cal);

@@ -24,7 +24,75 @@ constexpr double kBf16 = 2;        // bytes of a bf16 element
 constexpr double kFp32 = 4;        // bytes of an fp32 element
 constexpr double kAdamBytes = 12;  // fp32 master + two fp32 Adam moments (ZeRO paper, arXiv 1910.02054, section 3.1)
 
+// Weights, main gradients and optimizer state of one stage after sharding, plus the fixed workspace and context.
+MemoryBreakdown static_terms(const DerivedPlan& d, const StageRecord& sr, const Calibration& cal) {
+  const Plan& p = *d.plan;
+  const UnitParams& sp = sr.params;
+  const double dense_shard = double(d.dp) * p.parallel.cp;  // ranks sharing the same dense parameters (dist-opt group)
+  const double edp = d.edp;                                  // expert data parallel size
+  const double grad_b = cal.main_grad_bytes;
+  // bf16 weights, plus the fp8/fp4 copy a low-precision recipe keeps of them (Transformer Engine's weight cache).
+  const double param_b = kBf16 + (p.precision == Precision::BF16 ? 0.0 : cal.low_precision_weight_bytes);
+  MemoryBreakdown stat;
+  switch (p.optimizer_sharding) {
+    case OptimizerSharding::None:
+      stat.params = param_b * (sp.dense + sp.expert);
+      stat.grads = grad_b * (sp.dense + sp.expert);
+      stat.optimizer = kAdamBytes * (sp.dense + sp.expert);
+      break;
+    case OptimizerSharding::DistOpt:  // ZeRO-1: optimizer sharded over DP*CP (dense) and expert-DP (experts)
+      stat.params = param_b * (sp.dense + sp.expert);
+      stat.grads = grad_b * (sp.dense + sp.expert);
+      stat.optimizer = kAdamBytes * (sp.dense / dense_shard + sp.expert / edp);
+      break;
+    case OptimizerSharding::Fsdp: {  // ZeRO-3: everything sharded over the same groups
+      const double shard = sp.dense / dense_shard + sp.expert / edp;
+      stat.params = param_b * shard;
+      stat.grads = grad_b * shard;
+      stat.optimizer = kAdamBytes * shard;
+      break;
+    }
+  }
+  if (p.offload.optimizer) stat.optimizer = 0;
+  // NCCL allocates buffers per communicator this rank belongs to.
+  stat.workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * d.communicators;
+  stat.cuda_context = cal.cuda_context_bytes;
+  return stat;
+}
+
+// Phase `ph`'s breakdown: the static terms of `stat` and the dynamic terms the phase holds (README "What each number
+// means"); the only place that says which phase holds what.
+MemoryBreakdown compose(const MemoryBreakdown& stat, const PhaseTerms& t, Phase ph) {
+  MemoryBreakdown b = stat;
+  b.activations = ph == Phase::Optimizer ? 0 : t.saved_activations;
+  b.logits = b.moe_buffers = b.fsdp_buffers = 0;
+  switch (ph) {
+    case Phase::Forward:
+      b.moe_buffers = t.moe_buffers;
+      b.fsdp_buffers = t.fsdp_gather;
+      break;
+    case Phase::Loss:
+      b.logits = t.logits;
+      b.fsdp_buffers = t.fsdp_gather;
+      break;
+    case Phase::Backward:
+      b.activations += t.rebuilt;
+      b.moe_buffers = t.moe_buffers;
+      b.fsdp_buffers = t.fsdp_gather + t.fsdp_grad;
+      break;
+    case Phase::Optimizer:
+      break;
+  }
+  b.fragmentation = t.fragmentation * (b.activations + b.logits + b.moe_buffers + b.fsdp_buffers);
+  return b;
+}
+
 }  // namespace
+
+MemoryBreakdown StageMemory::phase(Phase p) const {
+  if (p == Phase::Loss && !has_loss) return {};
+  return compose(breakdown, terms, p);
+}
 
 MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal) {
   return estimate_memory(derive_plan(m, p, hw), cal);
@@ -34,13 +102,9 @@ MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
   const ModelSpec& m = *d.model;
   const Plan& p = *d.plan;
   const Parallel& q = p.parallel;
-  const double dense_shard = double(d.dp) * q.cp;  // ranks sharing the same dense parameters (Megatron dist-opt group)
-  const double edp = d.edp;                         // expert data parallel size
   const int n_chunks = d.moe_chunks;
   // With n chunks one chunk's MoE buffers are live, plus the overlapped neighbour's share (article section 2.4).
   const double chunk_factor = n_chunks == 1 ? 1.0 : std::min(1.0, (1.0 + cal.moe_chunk_overlap) / n_chunks);
-  // NCCL allocates buffers per communicator this rank belongs to.
-  const double workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * d.communicators;
 
   // The largest rematerialized layer's extra working set, and the largest whole layer, per stage: one look at each
   // (kind, recomputed) pair the stage holds. During its backward a layer is whole on the device: full recompute
@@ -56,116 +120,66 @@ MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
       whole = std::max(whole, w);
     }
   };
-  const double moe_tok = d.routed_tokens;
   const double S = d.local_tokens;
 
   MemoryEstimate est;
   est.stages.reserve(q.pp);
   for (int r = 0; r < q.pp; ++r) {
-    StageMemory st;
+    StageMemory& st = est.stages.emplace_back();
     st.stage = r;
     const bool last = r == q.pp - 1;
     const StageRecord& sr = d.stages[r];
-    const UnitParams& sp = sr.params;
-
-    MemoryBreakdown stat;
-    const double grad_b = cal.main_grad_bytes;
-    // bf16 weights, plus the fp8/fp4 copy a low-precision recipe keeps of them (Transformer Engine's weight cache).
-    const double param_b = kBf16 + (p.precision == Precision::BF16 ? 0.0 : cal.low_precision_weight_bytes);
-    switch (p.optimizer_sharding) {
-      case OptimizerSharding::None:
-        stat.params = param_b * (sp.dense + sp.expert);
-        stat.grads = grad_b * (sp.dense + sp.expert);
-        stat.optimizer = kAdamBytes * (sp.dense + sp.expert);
-        break;
-      case OptimizerSharding::DistOpt:  // ZeRO-1: optimizer sharded over DP*CP (dense) and expert-DP (experts)
-        stat.params = param_b * (sp.dense + sp.expert);
-        stat.grads = grad_b * (sp.dense + sp.expert);
-        stat.optimizer = kAdamBytes * (sp.dense / dense_shard + sp.expert / edp);
-        break;
-      case OptimizerSharding::Fsdp: {  // ZeRO-3: everything sharded over the same groups
-        const double shard = sp.dense / dense_shard + sp.expert / edp;
-        stat.params = param_b * shard;
-        stat.grads = grad_b * shard;
-        stat.optimizer = kAdamBytes * shard;
-        break;
-      }
-    }
-    if (p.offload.optimizer) stat.optimizer = 0;
-
-    // Saved activations of in-flight microbatches, and the largest rematerialized layer's extra working set.
-    double act = sr.saved_activations, working = 0, whole = 0;
-    rebuilt(sr, working, whole);
     st.layers = sr.layers;
-    if (p.offload.activations) {
-      // Saved activations live on the host; the layer being backpropagated comes back whole.
-      act = 0;
-      working = std::max(working, whole);
-    }
     st.inflight_microbatches = sr.layers > 0 ? sr.inflight_sum / sr.layers : 0;
 
-    const double moe_buf = sr.has_moe ? cal.moe_buffer_copies * kBf16 * moe_tok * m.hidden * chunk_factor : 0;
-
+    // Saved activations of in-flight microbatches, and the largest rematerialized layer's extra working set.
+    PhaseTerms t;
+    double whole = 0;
+    t.saved_activations = sr.saved_activations;
+    rebuilt(sr, t.rebuilt, whole);
+    if (p.offload.activations) {
+      // Saved activations live on the host; the layer being backpropagated comes back whole.
+      t.saved_activations = 0;
+      t.rebuilt = std::max(t.rebuilt, whole);
+    }
+    if (sr.has_moe) t.moe_buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor;
     // Loss side (last stage): fp32 logits tokens x vocab/tp (article section 2.3) or linear CE's streaming state.
-    double logits = 0;
     if (last) {
       const double vocab_local = double(m.vocab) / q.tp;
       if (p.linear_ce) {
         const double tile = std::min(cal.linear_ce_vocab_tile, vocab_local);
-        logits = S * tile * kBf16 + S * 4 * kFp32 + S * m.hidden * kFp32;  // tile, per-token stats, fp32 d_hidden
+        t.logits = S * tile * kBf16 + S * 4 * kFp32 + S * m.hidden * kFp32;  // tile, per-token stats, fp32 d_hidden
       } else {
-        logits = S * vocab_local * cal.logits_bytes_per_element;
+        t.logits = S * vocab_local * cal.logits_bytes_per_element;
       }
     }
-
-    double fsdp_gather = 0, fsdp_grad = 0;
     if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
-      fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;  // current + prefetched unit
-      fsdp_grad = grad_b * sr.max_unit;                                  // unsharded gradient before reduce-scatter
+      t.fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;  // current + prefetched unit
+      t.fsdp_grad = cal.main_grad_bytes * sr.max_unit;                      // unsharded gradient before reduce-scatter
     }
-    auto phase_total = [&](Phase ph) {
-      MemoryBreakdown b = stat;
-      b.workspace = workspace;
-      b.cuda_context = cal.cuda_context_bytes;
-      if (ph != Phase::Optimizer) b.activations = act;
-      switch (ph) {
-        case Phase::Forward:
-          b.moe_buffers = moe_buf;
-          b.fsdp_buffers = fsdp_gather;
-          break;
-        case Phase::Loss:
-          b.logits = logits;
-          b.fsdp_buffers = fsdp_gather;
-          break;
-        case Phase::Backward:
-          b.activations += working;
-          b.moe_buffers = moe_buf;
-          b.fsdp_buffers = fsdp_gather + fsdp_grad;
-          break;
-        case Phase::Optimizer:
-          break;
-      }
-      b.fragmentation = cal.fragmentation * (b.activations + b.logits + b.moe_buffers + b.fsdp_buffers);
-      return b;
-    };
-    const Phase phases[] = {Phase::Forward, Phase::Loss, Phase::Backward, Phase::Optimizer};
+    t.fragmentation = cal.fragmentation;
+    st.terms = t;
+    st.has_loss = last;
+    const MemoryBreakdown stat = static_terms(d, sr, cal);
+    // One call per phase, so each composition folds to the terms that phase holds.
     st.peak_bytes = -1;
-    for (Phase ph : phases) {
-      if (ph == Phase::Loss && !last) continue;
-      const MemoryBreakdown b = phase_total(ph);
-      const double tot = b.total();
+    auto consider = [&](Phase ph) {
+      const double tot = compose(stat, t, ph).total();
       if (tot > st.peak_bytes) {
         st.peak_bytes = tot;
         st.peak_phase = ph;
-        st.breakdown = b;
       }
-    }
+    };
+    consider(Phase::Forward);
+    if (last) consider(Phase::Loss);
+    consider(Phase::Backward);
+    consider(Phase::Optimizer);
+    st.breakdown = compose(stat, t, st.peak_phase);
     if (st.peak_bytes > est.peak_bytes) {
       est.peak_bytes = st.peak_bytes;
       est.peak_stage = r;
       est.peak_phase = st.peak_phase;
     }
-    est.stages.push_back(st);
   }
   return est;
 }

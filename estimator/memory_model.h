@@ -8,6 +8,7 @@
 #include "estimator/calibration.h"
 #include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
+#include "estimator/memory_categories.h"
 #include "estimator/plan.h"
 #include "models/model_spec.h"
 
@@ -16,22 +17,16 @@ namespace lcplan {
 enum class Phase : int { Forward, Loss, Backward, Optimizer };
 const char* to_string(Phase p);
 
-struct MemoryBreakdown {
-  double params = 0;         // bf16 weights resident on this GPU (sharded under FSDP)
-  double grads = 0;          // main gradients (fp32 by default)
-  double optimizer = 0;      // fp32 master weights + Adam moments, after sharding (0 when offloaded)
-  double fsdp_buffers = 0;   // all-gathered current + prefetched unit and the unsharded gradient of one unit
-  double activations = 0;    // saved activations of in-flight microbatches + the recomputed layer's working set
-  double logits = 0;         // materialized logits, or linear CE's tiles and per-token statistics
-  double moe_buffers = 0;    // transient dispatch/combine/permutation buffers of the MoE layer being run
-  double workspace = 0;      // cuBLAS/attention workspaces, NCCL buffers
-  double cuda_context = 0;   // CUDA context outside the caching allocator
-  double fragmentation = 0;  // allocator overhead on the dynamic terms
-
-  double total() const {
-    return params + grads + optimizer + fsdp_buffers + activations + logits + moe_buffers + workspace + cuda_context +
-           fragmentation;
-  }
+// The terms of one stage that come and go with the schedule's phases; with the static terms (weights, gradients,
+// optimizer state, workspace, context) they give each phase's breakdown (StageMemory::phase).
+struct PhaseTerms {
+  double saved_activations = 0;  // in-flight microbatches' saved activations (every phase but the optimizer's)
+  double rebuilt = 0;            // the rebuilt layer's extra working set (backward)
+  double moe_buffers = 0;        // the running MoE layer's buffers (forward and backward)
+  double logits = 0;             // the loss side (the loss phase)
+  double fsdp_gather = 0;        // all-gathered current + prefetched unit (forward, loss and backward)
+  double fsdp_grad = 0;          // one unit's unsharded gradient (backward)
+  double fragmentation = 0;      // allocator overhead per byte of the dynamic terms (memory.fragmentation)
 };
 
 struct StageMemory {
@@ -39,8 +34,13 @@ struct StageMemory {
   int layers = 0;            // decoder layers held by this stage (all virtual chunks)
   double inflight_microbatches = 0;  // microbatches whose activations the stage holds at its peak (summed over chunks, weighted)
   Phase peak_phase = Phase::Backward;
+  bool has_loss = false;      // the last stage, the only one that runs the loss phase
   MemoryBreakdown breakdown;  // at this stage's peak phase
   double peak_bytes = 0;
+  PhaseTerms terms;
+  // The breakdown in phase `p`, composed as the peak's was (so phase(peak_phase) == breakdown): all zero for the loss
+  // phase of a stage that has none. Kept as terms, not four breakdowns: the search builds millions of estimates.
+  MemoryBreakdown phase(Phase p) const;
 };
 
 struct MemoryEstimate {

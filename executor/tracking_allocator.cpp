@@ -10,21 +10,6 @@
 
 namespace lcplan::exec {
 
-const char* category_key(Category c) {
-  switch (c) {
-    case Category::Params: return "params";
-    case Category::Grads: return "grads";
-    case Category::Optimizer: return "optimizer";
-    case Category::FsdpBuffers: return "fsdp_buffers";
-    case Category::Activations: return "activations";
-    case Category::Logits: return "logits";
-    case Category::MoeBuffers: return "moe_buffers";
-    case Category::Workspace: return "workspace";
-    case Category::Count: break;
-  }
-  return "?";
-}
-
 double Snapshot::total() const {
   double t = 0;
   for (double b : bytes) t += b;
@@ -33,14 +18,7 @@ double Snapshot::total() const {
 
 MemoryBreakdown Snapshot::to_breakdown() const {
   MemoryBreakdown b;
-  b.params = bytes[int(Category::Params)];
-  b.grads = bytes[int(Category::Grads)];
-  b.optimizer = bytes[int(Category::Optimizer)];
-  b.fsdp_buffers = bytes[int(Category::FsdpBuffers)];
-  b.activations = bytes[int(Category::Activations)];
-  b.logits = bytes[int(Category::Logits)];
-  b.moe_buffers = bytes[int(Category::MoeBuffers)];
-  b.workspace = bytes[int(Category::Workspace)];
+  for (int c = 0; c < kCategories; ++c) b.*kMemoryCategories[c].member = bytes[c];
   return b;
 }
 

@@ -20,9 +20,12 @@
 
 namespace lcplan::exec {
 
-enum class Category : int { Params, Grads, Optimizer, FsdpBuffers, Activations, Logits, MoeBuffers, Workspace, Count };
-constexpr int kCategories = static_cast<int>(Category::Count);
-const char* category_key(Category c);  // the estimator's breakdown key ("fsdp_buffers")
+// The estimator's categories (estimator/memory_categories.h); the executor holds bytes of those before cuda_context
+// (which lives outside any allocator) and fragmentation (the allocator's own overhead), and records those two as 0.
+using Category = MemoryCategory;
+constexpr int kCategories = static_cast<int>(Category::CudaContext);
+static_assert(static_cast<int>(Category::Workspace) == kCategories - 1, "the tracked categories come first");
+inline const char* category_key(Category c) { return memory_category(c).name; }  // the records' breakdown key
 
 constexpr int kPhases = 4;  // lcplan::Phase: Forward, Loss, Backward, Optimizer
 

@@ -1,12 +1,14 @@
 #include "report/html_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 #include "calibrate/measurement.h"
 #include "common/user_error.h"
+#include "estimator/memory_categories.h"
 #include "models/model_table.h"
 #include "models/params.h"
 #include "report/svg.h"
@@ -27,14 +29,17 @@ struct Category {
   const char* colour;  // fixed per category so that pages compare at a glance
 };
 
-// Bottom of the stack first: static state, then what grows with tokens, then the calibrated overheads.
-constexpr Category kMemory[] = {
-    {"params", "params", "#4e79a7"},           {"grads", "grads", "#a0cbe8"},
-    {"optimizer", "optimizer", "#f28e2b"},     {"fsdp_buffers", "fsdp_buffers", "#ffbe7d"},
-    {"activations", "activations", "#59a14f"}, {"logits", "logits", "#8cd17d"},
-    {"moe_buffers", "moe_buffers", "#b6992d"}, {"workspace", "workspace", "#499894"},
-    {"cuda_context", "cuda_context", "#86bcb6"}, {"fragmentation", "fragmentation", "#e15759"},
-};
+// Memory category colours, indexed like kMemoryCategories (bottom of the stack first): fixed per category so that
+// pages compare at a glance.
+constexpr const char* kMemoryColour[] = {"#4e79a7", "#a0cbe8", "#f28e2b", "#ffbe7d", "#59a14f",
+                                         "#8cd17d", "#b6992d", "#499894", "#86bcb6", "#e15759"};
+static_assert(std::size(kMemoryColour) == kMemoryCategories.size(), "one colour per memory category");
+constexpr std::array<Category, kMemoryCategoryCount> kMemory = [] {
+  std::array<Category, kMemoryCategoryCount> a{};
+  for (int i = 0; i < kMemoryCategoryCount; ++i)
+    a[i] = {kMemoryCategories[i].name, kMemoryCategories[i].name, kMemoryColour[i]};
+  return a;
+}();
 
 // Time categories: key paths into time.breakdown ("exposed_comm/tp" is nested).
 constexpr Category kTime[] = {
@@ -286,7 +291,7 @@ std::string memory_chart(const json& record, const std::vector<const MeasuredRun
                    "HBM capacity " + gib(capacity), {{"data-bytes", raw(capacity)}});
     s += svg::text(left + plot_w, y_of(capacity) - 5, "capacity " + gib(capacity), svg::font(11, "end", kCapacity));
   }
-  s += legend(kMemory, std::size(kMemory), W - right + 24, up + 4, "memory category");
+  s += legend(kMemory.data(), kMemory.size(), W - right + 24, up + 4, "memory category");
   return svg::document(W, H, s, "per-stage peak memory by category, " + id);
 }
 

@@ -21,8 +21,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "calibrate/validate_run.h"
 #include "common/json_file.h"
-#include "executor/compare.h"
 #include "executor/record.h"
 #include "kernels/comm/helpers.h"
 #include "profiler/device.h"

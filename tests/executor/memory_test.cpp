@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "executor/compare.h"
+#include "calibrate/validate_run.h"
 #include "kernels/comm/helpers.h"
 #include "tests/executor/exec_util.h"
 
@@ -69,13 +69,12 @@ TEST_P(MemoryTable, WithinFivePercent) {
     plan.moe.routing_imbalance = stage_load(r, stage);
     const DerivedPlan d = derive_plan(sc.model, plan, hw);
     const MemoryEstimate est = estimate_memory(d, cal);
-    const std::array<MemoryBreakdown, 4> phases = estimate_phases(d, cal, stage);
-    const MemoryBreakdown& e = phases[int(phase)];
-    const std::vector<CategoryRow> rows_ = {
-        {"params", e.params, meas.params},          {"grads", e.grads, meas.grads},
-        {"optimizer", e.optimizer, meas.optimizer}, {"fsdp_buffers", e.fsdp_buffers, meas.fsdp_buffers},
-        {"activations", e.activations, meas.activations}, {"logits", e.logits, meas.logits},
-        {"moe_buffers", e.moe_buffers, meas.moe_buffers}, {"workspace", e.workspace, meas.workspace}};
+    const MemoryBreakdown e = est.stages[size_t(stage)].phase(phase);
+    std::vector<CategoryRow> rows_;  // the categories the executor tracks
+    for (int c = 0; c < kCategories; ++c) {
+      const MemoryCategoryInfo& k = kMemoryCategories[size_t(c)];
+      rows_.push_back({k.name, e.*k.member, meas.*k.member});
+    }
     const double worst = worst_relative_error(rows_, 4096);
     const double peak_err = std::abs(at_peak.total() / est.stages[size_t(stage)].peak_bytes - 1);
     char head[160];

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/validate_run.h"
 #include "common/user_error.h"
-#include "executor/compare.h"
 #include "executor/phase_trace.h"
 #include "executor/record.h"
 #include "executor/schedule.h"

@@ -1,6 +1,5 @@
 // lcplan-exec pieces that need no MPI: the scale rules, the parameter layout against the estimator's counts, the
-// comparison's per-phase composition against the estimator, the measurement record with the executor's detail,
-// the tracking allocator, and the refusals.
+// measurement record with the executor's detail, the tracking allocator, and the refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +9,6 @@
 #include "common/user_error.h"
 #include "estimator/derived_plan.h"
 #include "estimator/plan_rules.h"
-#include "executor/compare.h"
 #include "executor/exec_model.h"
 #include "executor/param_store.h"
 #include "executor/schedule.h"
@@ -110,71 +108,6 @@ TEST(ExecModel, UnitsMatchTheEstimatorsCounts) {
     }
     EXPECT_EQ(total, count_params(m).total) << name;
   }
-}
-
-// The comparison's per-phase breakdown reproduces the estimator's peak breakdown for every stage of plans covering
-// each option (a change to estimator/memory_model.cpp that estimate_phases misses fails here).
-TEST(Compare, PhaseCompositionMatchesTheEstimator) {
-  const Hardware hw = h100();
-  int checked = 0;
-  for (const char* impl : {"lcplan-exec", "megatron", "bumblebee"}) {
-    const Calibration cal = calibration_for(load_calibration("default", LCPLAN_SOURCE_DIR), hw.name, impl);
-    for (const char* name : {"qwen3.5-35b-a3b", "llama-3.1-70b", "deepseek-v3"}) {
-      const ModelSpec m = zoo(name);
-      const bool moe = m.moe.num_experts > 0;
-      for (OptimizerSharding sh : {OptimizerSharding::None, OptimizerSharding::DistOpt, OptimizerSharding::Fsdp})
-        for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
-          for (int pp : {1, 2})
-            for (bool lce : {false, true}) {
-              Plan p;
-              p.model = name;
-              p.gpus = 64;
-              p.seq_len = 32768;
-              p.parallel.pp = pp;
-              p.parallel.cp = 2;
-              p.parallel.tp = 2;
-              p.parallel.ep = moe ? 8 : 1;
-              p.optimizer_sharding = sh;
-              p.recompute = rc;
-              p.linear_ce = lce;
-              p.moe.ep_chunks = moe ? 2 : 1;
-              if (check_plan(m, p)) continue;
-              const DerivedPlan d = derive_plan(m, p, hw);
-              const MemoryEstimate est = estimate_memory(d, cal);
-              for (const StageMemory& st : est.stages) {
-                const auto phases = estimate_phases(d, cal, st.stage);
-                const MemoryBreakdown& a = phases[int(st.peak_phase)];
-                EXPECT_DOUBLE_EQ(a.total(), st.peak_bytes) << name << " stage " << st.stage;
-                EXPECT_DOUBLE_EQ(a.activations, st.breakdown.activations);
-                EXPECT_DOUBLE_EQ(a.moe_buffers, st.breakdown.moe_buffers);
-                EXPECT_DOUBLE_EQ(a.fsdp_buffers, st.breakdown.fsdp_buffers);
-                EXPECT_DOUBLE_EQ(a.logits, st.breakdown.logits);
-                for (const MemoryBreakdown& b : phases) EXPECT_LE(b.total(), st.peak_bytes * (1 + 1e-12));
-                ++checked;
-              }
-            }
-    }
-  }
-  EXPECT_GT(checked, 100);
-}
-
-TEST(Compare, AnExactMeasurementHasNoError) {
-  const ModelSpec full = zoo("qwen3.5-35b-a3b");
-  const ScaledCase sc = executor_case(full, plan_of("qwen3.5-35b-a3b", 4, 2, 4), {64, 1});
-  const Calibration cal = exec_calibration();
-  const Hardware hw = h100();
-  const DerivedPlan d = derive_plan(sc.model, sc.plan, hw);
-  const MemoryEstimate est = estimate_memory(d, cal);
-  Measurement m;
-  m.plan = sc.plan;
-  m.peak_bytes = est.peak_bytes;
-  m.breakdown = est.stages[0].breakdown;
-  m.peak_phase = est.peak_phase;
-  const Comparison c = compare(sc.model, sc.plan, hw, cal, m);
-  EXPECT_EQ(worst_relative_error(c.at_peak, 0), 0);
-  EXPECT_TRUE(c.notes.empty());
-  EXPECT_NE(comparison_table(c).find("peak"), std::string::npos);
-  EXPECT_TRUE(comparison_to_json(c).contains("breakdown_at_peak"));
 }
 
 TEST(Record, DetailRoundTripsAndBadFieldsAreNamed) {

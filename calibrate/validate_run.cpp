@@ -1,34 +1,22 @@
-#include "common/user_error.h"
-#include "executor/compare.h"
+#include "calibrate/validate_run.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
+#include "common/user_error.h"
 #include "estimator/estimate.h"
 
-namespace lcplan::exec {
+namespace lcplan {
 
 namespace {
 
-constexpr double kBf16 = 2, kFp32 = 4, kAdamBytes = 12;  // as estimator/memory_model.cpp
-
-struct Field {
-  const char* key;
-  double MemoryBreakdown::*member;
-};
-constexpr Field kFields[] = {
-    {"params", &MemoryBreakdown::params},           {"grads", &MemoryBreakdown::grads},
-    {"optimizer", &MemoryBreakdown::optimizer},     {"fsdp_buffers", &MemoryBreakdown::fsdp_buffers},
-    {"activations", &MemoryBreakdown::activations}, {"logits", &MemoryBreakdown::logits},
-    {"moe_buffers", &MemoryBreakdown::moe_buffers}, {"workspace", &MemoryBreakdown::workspace},
-    {"cuda_context", &MemoryBreakdown::cuda_context}, {"fragmentation", &MemoryBreakdown::fragmentation},
-};
-
+// Each category's estimate beside its measurement, in the table's order.
 std::vector<CategoryRow> rows(const MemoryBreakdown& est, const MemoryBreakdown& meas) {
   std::vector<CategoryRow> r;
-  for (const Field& f : kFields) r.push_back({f.key, est.*f.member, meas.*f.member});
+  for (const MemoryCategoryInfo& c : kMemoryCategories) r.push_back({c.name, est.*c.member, meas.*c.member});
   return r;
 }
 
@@ -65,100 +53,6 @@ double worst_relative_error(const std::vector<CategoryRow>& rs, double floor_byt
   return worst;
 }
 
-// Mirrors estimator/memory_model.cpp's estimate_memory (static terms, saved activations, rebuilt working set,
-// MoE buffers, logits, FSDP buffers, and which of them each phase holds).
-std::array<MemoryBreakdown, 4> estimate_phases(const DerivedPlan& d, const Calibration& cal, int r) {
-  const ModelSpec& m = *d.model;
-  const Plan& p = *d.plan;
-  const Parallel& q = p.parallel;
-  const double dense_shard = double(d.dp) * q.cp, edp = d.edp;
-  const int n_chunks = d.moe_chunks;
-  const double chunk_factor = n_chunks == 1 ? 1.0 : std::min(1.0, (1.0 + cal.moe_chunk_overlap) / n_chunks);
-  const double workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * d.communicators;
-  const StageRecord& sr = d.stages[r];
-  const UnitParams& sp = sr.params;
-  const bool last = r == q.pp - 1;
-  MemoryBreakdown stat;
-  const double grad_b = cal.main_grad_bytes;
-  switch (p.optimizer_sharding) {
-    case OptimizerSharding::None:
-      stat.params = kBf16 * (sp.dense + sp.expert);
-      stat.grads = grad_b * (sp.dense + sp.expert);
-      stat.optimizer = kAdamBytes * (sp.dense + sp.expert);
-      break;
-    case OptimizerSharding::DistOpt:
-      stat.params = kBf16 * (sp.dense + sp.expert);
-      stat.grads = grad_b * (sp.dense + sp.expert);
-      stat.optimizer = kAdamBytes * (sp.dense / dense_shard + sp.expert / edp);
-      break;
-    case OptimizerSharding::Fsdp: {
-      const double shard = sp.dense / dense_shard + sp.expert / edp;
-      stat.params = kBf16 * shard;
-      stat.grads = grad_b * shard;
-      stat.optimizer = kAdamBytes * shard;
-      break;
-    }
-  }
-  if (p.offload.optimizer) stat.optimizer = 0;
-  double act = sr.saved_activations, working = 0, whole = 0;
-  for (uint64_t bits = sr.kinds_present; bits; bits &= bits - 1) {
-    const int bit = __builtin_ctzll(bits);
-    const bool recomputed = bit & 1;
-    const LayerActivation& la = recomputed ? d.kinds[bit / 2].when_recomputed : d.kinds[bit / 2].when_kept;
-    const double w = recomputed ? (la.full - la.moe_tokens) + la.moe_tokens * chunk_factor : la.full;
-    if (recomputed || p.recompute == Recompute::Selective) working = std::max(working, w - la.saved);
-    whole = std::max(whole, w);
-  }
-  if (p.offload.activations) {
-    act = 0;
-    working = std::max(working, whole);
-  }
-  const double moe_buf = sr.has_moe ? cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor : 0;
-  const double S = d.local_tokens;
-  double logits = 0;
-  if (last) {
-    const double vocab_local = double(m.vocab) / q.tp;
-    if (p.linear_ce) {
-      const double tile = std::min(cal.linear_ce_vocab_tile, vocab_local);
-      logits = S * tile * kBf16 + S * 4 * kFp32 + S * m.hidden * kFp32;
-    } else {
-      logits = S * vocab_local * cal.logits_bytes_per_element;
-    }
-  }
-  double fsdp_gather = 0, fsdp_grad = 0;
-  if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
-    fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;
-    fsdp_grad = grad_b * sr.max_unit;
-  }
-  std::array<MemoryBreakdown, 4> out;
-  for (int ph = 0; ph < 4; ++ph) {
-    MemoryBreakdown b = stat;
-    b.workspace = workspace;
-    b.cuda_context = cal.cuda_context_bytes;
-    if (Phase(ph) != Phase::Optimizer) b.activations = act;
-    switch (Phase(ph)) {
-      case Phase::Forward:
-        b.moe_buffers = moe_buf;
-        b.fsdp_buffers = fsdp_gather;
-        break;
-      case Phase::Loss:
-        b.logits = logits;
-        b.fsdp_buffers = fsdp_gather;
-        break;
-      case Phase::Backward:
-        b.activations += working;
-        b.moe_buffers = moe_buf;
-        b.fsdp_buffers = fsdp_gather + fsdp_grad;
-        break;
-      case Phase::Optimizer:
-        break;
-    }
-    b.fragmentation = cal.fragmentation * (b.activations + b.logits + b.moe_buffers + b.fsdp_buffers);
-    out[ph] = b;
-  }
-  return out;
-}
-
 Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal,
                    const Measurement& meas) {
   Comparison c;
@@ -183,14 +77,15 @@ Comparison compare(const ModelSpec& m, const Plan& p, const Hardware& hw, const 
   c.estimate_peak = mem.peak_bytes;
   c.measured_peak = meas.peak_bytes;
   c.measured_peak_phase = meas.peak_phase;
-  const std::array<MemoryBreakdown, 4> phases = estimate_phases(d, cal, mem.peak_stage);
-  // The peak phase's categories, like for like: the estimate of the phase the run peaked in against that phase's
-  // per-category maxima (the estimator's terms are maxima), else the breakdown at the peak.
+  const StageMemory& stage = mem.stages[size_t(mem.peak_stage)];
+  std::array<MemoryBreakdown, 4> phases;
+  for (int ph = 0; ph < 4; ++ph) phases[ph] = stage.phase(Phase(ph));
+  // The peak phase's categories, like for like: the estimate of the phase the run peaked in (else the estimate's peak
+  // phase) against that phase's per-category maxima (the estimator's terms are maxima), else the breakdown at the peak.
   const Phase at = meas.peak_phase ? *meas.peak_phase : mem.peak_phase;
   const std::optional<MeasuredPhase>& mp = meas.phases[int(at)];
   if (mp && mp->category_peaks) c.at_peak = rows(phases[int(at)], *mp->category_peaks);
-  else if (meas.breakdown) c.at_peak = rows(meas.peak_phase ? phases[int(at)] : mem.stages[mem.peak_stage].breakdown,
-                                            *meas.breakdown);
+  else if (meas.breakdown) c.at_peak = rows(phases[int(at)], *meas.breakdown);
   for (int ph = 0; ph < 4; ++ph) {
     if (Phase(ph) == Phase::Loss && mem.peak_stage != p.parallel.pp - 1) continue;
     PhaseRow row;
@@ -326,4 +221,4 @@ nlohmann::json comparison_to_json(const Comparison& c) {
   return j;
 }
 
-}  // namespace lcplan::exec
+}  // namespace lcplan

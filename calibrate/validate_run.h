@@ -1,8 +1,8 @@
-// Estimate vs measurement for one plan: memory per category at the peak and per schedule phase, and time per phase.
+// Validation of one measured run against its plan: memory per category at the peak and per schedule phase (the
+// estimator's own per-phase breakdowns, StageMemory::phase), and time per phase.
 // `lcplan validate --plan recipe.json --measured measured.json` prints this (cli/cmd_validate_run.cpp).
 #pragma once
 
-#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,21 +11,15 @@
 
 #include "calibrate/measurement.h"
 #include "estimator/calibration.h"
-#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 #include "estimator/memory_model.h"
 #include "estimator/plan.h"
 #include "models/model_spec.h"
 
-namespace lcplan::exec {
-
-// The estimator's breakdown of `stage` in every phase (the peak is the largest of them). Composed from the derived
-// record the same way estimator/memory_model.cpp composes phase totals; tests check it reproduces the estimator's
-// peak breakdown exactly, so a change there that this misses fails a test.
-std::array<MemoryBreakdown, 4> estimate_phases(const DerivedPlan& d, const Calibration& cal, int stage);
+namespace lcplan {
 
 struct CategoryRow {
-  std::string category;  // the estimator's breakdown key
+  std::string category;  // the category's name (estimator/memory_categories.h)
   double estimate = 0, measured = 0;
   // measured / estimate - 1, or 0 when both are 0 (and +inf when only the measurement is non-zero)
   double rel() const;
@@ -81,4 +75,4 @@ double worst_relative_error(const std::vector<CategoryRow>& rows, double floor_b
 std::string comparison_table(const Comparison& c);
 nlohmann::json comparison_to_json(const Comparison& c);
 
-}  // namespace lcplan::exec
+}  // namespace lcplan
