@@ -64,6 +64,7 @@ void register_validate(CLI::App& app, int& exit_code) {
     if (!args->run.measured.empty()) {
       if (args->run.plan.empty()) throw UserError("--measured needs --plan, the recipe.json the run was launched with");
       args->run.calibration = args->calibration;
+      args->run.json = args->json;
 #ifdef LCPLAN_WITH_EXECUTOR
       std::fputs(validate_run(args->run, dir).c_str(), stdout);
       exit_code = 0;
