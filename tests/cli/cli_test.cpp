@@ -17,26 +17,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/common/cli_runner.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int status = -1;  // exit code, or 128 + signal
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using lcplan::testing::Outcome;
+using lcplan::testing::slurp;
+using lcplan::testing::become_nobody_if_root;
 
 // Scratch folder for this test binary: files the table refers to (bad configs, an unreadable file, a directory).
 const fs::path& scratch() {
   static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("lcplan_cli_test." + std::to_string(::getpid()));
+    const fs::path d = lcplan::testing::scratch("lcplan_cli_test");
     fs::create_directories(d / "a_directory.json");
     // Readable by nobody, who runs the permission rows when the test runs as root.
     fs::permissions(d, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
@@ -64,25 +58,10 @@ const fs::path& scratch() {
     std::ofstream(d / "unclosed.sh") << "A=\"open\ntorchrun pretrain_gpt.py --seq-length 4096\n";
     return d;
   }();
-  // Removed at exit (the forked children leave through execv or _Exit, so only the test process runs this).
-  static const struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
   return dir;
 }
 
 std::string path(const char* name) { return (scratch() / name).string(); }
-
-constexpr unsigned kNobody = 65534;
-
-// Root ignores file modes, so permission rows drop to nobody in the child; exit code 125 = could not drop.
-void become_nobody_if_root() {
-  if (::geteuid() != 0) return;
-  if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) std::_Exit(125);
-}
 
 // Whether nobody can run the lcplan binary and read the data folder and the scratch folder (a build tree under a
 // private home directory would not be).
@@ -104,30 +83,12 @@ bool nobody_can_run_lcplan() {
   return ok;
 }
 
-// Runs lcplan with the given arguments (no shell), capturing stdout and stderr through files.
-Outcome run_lcplan(const std::vector<std::string>& args, bool as_nobody = false) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(out.c_str(), "w", stdout);
-    std::freopen(err.c_str(), "w", stderr);
-    if (as_nobody) become_nobody_if_root();
-    std::vector<char*> argv;
-    std::string bin = LCPLAN_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    std::_Exit(127);
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  Outcome r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+// Runs lcplan with the given arguments (no shell), capturing stdout and stderr (tests/common/cli_runner.h).
+Outcome run_lcplan(std::vector<std::string> args, bool as_nobody = false) {
+  args.insert(args.begin(), LCPLAN_BINARY);
+  lcplan::testing::RunOptions opt;
+  opt.as_nobody = as_nobody;
+  return lcplan::testing::run_program(args, opt);
 }
 
 std::string show(const std::vector<std::string>& args) {
