@@ -13,7 +13,7 @@
 #include "executor/ops.h"
 #include "kernels/comm/groups.h"
 #include "kernels/comm/helpers.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 
 namespace lcplan::exec::tests {
 namespace {

@@ -27,7 +27,7 @@
 #include "executor/param_store.h"
 #include "executor/scale.h"
 #include "kernels/comm/groups.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 #include "tests/executor/exec_util.h"
 
 namespace lcplan::exec::tests {

@@ -25,7 +25,7 @@
 #include "executor/param_store.h"
 #include "executor/scale.h"
 #include "kernels/comm/groups.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 #include "tests/comm/gpu_ranks.h"
 #include "tests/executor/exec_util.h"
 
