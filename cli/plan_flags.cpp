@@ -175,9 +175,16 @@ Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
     p.moe.routing_imbalance = parse_number(f.routing_imbalance, "--routing-imbalance", -HUGE_VAL, HUGE_VAL, "1 to 64, 1 = balanced");
   if (!f.capacity_factor.empty())
     p.moe.capacity_factor = parse_number(f.capacity_factor, "--capacity-factor", -HUGE_VAL, HUGE_VAL, "0 = dropless, or up to 64");
+  // A plan file that gives the field as 0 is told so: "use --seq" would not say what is wrong with the file.
+  const std::string in_file = f.plan_file.empty() ? "" : f.plan_file + " gives ";
   if (p.model.empty()) throw UserError("no model given (use --model NAME or --plan recipe.json; `lcplan models` lists the zoo)");
-  if (p.gpus == 0) throw UserError("no GPU count given (use --gpus N)");
-  if (p.seq_len == 0) throw UserError("no sequence length given (use --seq, e.g. --seq 128k)");
+  if (p.gpus == 0)
+    throw UserError(in_file.empty() ? "no GPU count given (use --gpus N)"
+                                    : in_file + "no GPU count (\"gpus\" absent or 0; valid: 1 or more, or use --gpus N)");
+  if (p.seq_len == 0)
+    throw UserError(in_file.empty() ? "no sequence length given (use --seq, e.g. --seq 128k)"
+                                    : in_file + "no sequence length (\"seq_len\" absent or 0; valid: tokens per sequence "
+                                                "such as 131072 or \"128k\", or use --seq)");
   return p;
 }
 

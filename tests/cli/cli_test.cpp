@@ -56,6 +56,10 @@ const fs::path& scratch() {
     std::ofstream(d / "crash.log") << "Traceback (most recent call last):\n  File \"pretrain_gpt.py\", line 3\n"
                                       "ValueError: bad value\n";
     std::ofstream(d / "unclosed.sh") << "A=\"open\ntorchrun pretrain_gpt.py --seq-length 4096\n";
+    // Issue 28 item 8: a config with no layers, a plan file whose seq_len is 0.
+    std::ofstream(d / "no_layers.json") << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 0,
+      "vocab_size": 1000, "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 64})";
+    std::ofstream(d / "seq0.json") << R"({"model": "qwen3.5-35b-a3b", "gpus": 32, "seq_len": 0})";
     return d;
   }();
   return dir;
@@ -194,6 +198,12 @@ std::vector<Bad> bad_invocations() {
        {"calibration", "too long"}},
       {"unknown implementation", est({"--implementation", "deepspeed"}), {"deepspeed"}},
       {"malformed config.json", {"estimate", "--model", path("bad_config.json"), "--gpus", "8", "--seq", "4k"}, {"hidden_size"}},
+      {"config.json with no layers", {"estimate", "--model", path("no_layers.json"), "--gpus", "8", "--seq", "4k"},
+       {"num_hidden_layers", "positive", "got 0"}},
+      {"plan file with seq_len 0", {"estimate", "--plan", path("seq0.json")}, {"seq0.json", "seq_len", "131072"}},
+      {"search over too many GPUs", srch({"--gpus", "10000000"}), {"gpus = 10000000", "valid: 1 to 1048576"}},
+      {"megatron args with an unclosed quote", est({"--megatron-args", "--seq-length 4096 --tensor-model-parallel-size 'abc"}),
+       {"--megatron-args", "quote"}},
       {"config that is not JSON", {"estimate", "--model", path("not_json.json"), "--gpus", "8", "--seq", "4k"}, {"not_json.json"}},
       {"tp not dividing heads", est({"--tp", "3", "--gpus", "48"}), {"tp"}},
       {"ep not dividing experts", est({"--ep", "3", "--gpus", "48"}), {"ep", "experts"}},
