@@ -129,8 +129,11 @@ std::string context_band(double seq_len) {
 }
 
 ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const std::vector<Measurement>& not_modelled,
-                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt) {
+                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt,
+                                  const std::vector<MeasuredCase>& out_of_memory) {
   ValidationReport rep;
+  for (const MeasuredCase& c : out_of_memory)
+    rep.out_of_memory.push_back({c.meas.id, c.meas.plan.model, c.hw.name, predict(c, Quantity::PeakBytes, profile), c.hw.hbm_bytes});
   for (const Measurement& m : not_modelled) rep.not_modelled.emplace_back(m.id, m.not_modelled);
   std::vector<std::pair<size_t, Quantity>> index;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -224,6 +227,13 @@ std::string validation_table(const ValidationReport& r) {
     std::snprintf(line, sizeof line, "%-22.22s not modelled: %s\n", id.c_str(), why.c_str());
     out += line;
   }
+  for (const FitCheck& f : r.out_of_memory) {
+    std::snprintf(line, sizeof line, "%-22.22s ran out of memory; predicted peak %.1f GiB %s the %.1f GiB of %s: %s\n",
+                  f.id.c_str(), f.predicted_peak / (1 << 30), f.predicted_fits() ? "within" : "above",
+                  f.capacity / (1 << 30), f.hardware.c_str(),
+                  f.predicted_fits() ? "the estimate said it fits" : "as predicted");
+    out += line;
+  }
   out += "\nmean |error| over the newest report of each configuration:\n";
   std::snprintf(line, sizeof line,
                 "  time (%d rows): in sample %.1f%%, leave one model out %s, leave one hardware out %s, leave one "
@@ -267,6 +277,10 @@ nlohmann::json validation_json(const ValidationReport& r) {
                     {"context", v.context},
                     {"fitted", v.fitted},
                     {"note", v.note}});
+  nlohmann::json oom = nlohmann::json::array();
+  for (const FitCheck& f : r.out_of_memory)
+    oom.push_back({{"id", f.id}, {"model", f.model}, {"hardware", f.hardware}, {"predicted_peak_bytes", f.predicted_peak},
+                   {"capacity_bytes", f.capacity}, {"predicted_fits", f.predicted_fits()}});
   nlohmann::json nm = nlohmann::json::array();
   for (const auto& [id, why] : r.not_modelled) nm.push_back({{"id", id}, {"reason", why}});
   auto groups = [&](const std::vector<GroupError>& gs) {
@@ -276,6 +290,7 @@ nlohmann::json validation_json(const ValidationReport& r) {
     return a;
   };
   return {{"rows", rows},
+          {"out_of_memory", oom},
           {"not_modelled", nm},
           {"summary",
            {{"time_rows", r.time_rows},

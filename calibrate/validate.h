@@ -38,8 +38,16 @@ struct GroupError {
   double in_sample = 0, out_of_sample = 0;  // mean |relative error|; out of sample: leave that group out
 };
 
+// A run that ran out of memory (status out_of_memory) against the estimate: did lcplan predict it would not fit?
+struct FitCheck {
+  std::string id, model, hardware;
+  double predicted_peak = 0, capacity = 0;  // bytes: the estimate's peak and the hardware's memory
+  bool predicted_fits() const { return predicted_peak <= capacity; }
+};
+
 struct ValidationReport {
   std::vector<ValidationRow> rows;
+  std::vector<FitCheck> out_of_memory;  // runs that ran out of memory, each against the predicted peak
   std::vector<std::pair<std::string, std::string>> not_modelled;  // id, reason
   // Mean |relative error| over fitted rows of TFLOP/s (or step time where no TFLOP/s is given) and of peak memory.
   double time_in_sample = 0, time_lomo = 0, time_loho = 0, time_lobo = 0;
@@ -56,8 +64,10 @@ struct ValidateOptions {
 };
 
 // `profile` as loaded (unresolved); `priors` the prior profile its fit spec refers to.
+// `out_of_memory`: runs with status out_of_memory, checked against the predicted peak instead of fitted.
 ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const std::vector<Measurement>& not_modelled,
-                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt);
+                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt,
+                                  const std::vector<MeasuredCase>& out_of_memory = {});
 
 std::string validation_table(const ValidationReport& r);
 nlohmann::json validation_json(const ValidationReport& r);

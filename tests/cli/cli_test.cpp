@@ -410,6 +410,20 @@ TEST(GoodInvocation, Models) {
   EXPECT_NE(r.out.find("llama-3.1-405b"), std::string::npos);
 }
 
+// A run that ran out of memory is checked against the predicted peak, not set aside as "not modelled" (issue 28,
+// item 8): the reference model at 128K on 8 GPUs without any sharding or recompute cannot fit, as estimated.
+TEST(GoodInvocation, ValidateComparesAnOutOfMemoryRunWithThePredictedFit) {
+  const fs::path runs = scratch() / "oom-runs.json";
+  std::ofstream(runs) << R"([{"id": "oom-1", "plan": {"model": "qwen3.5-35b-a3b", "gpus": 8, "seq_len": 131072,
+    "parallel": {"ep": 8}}, "status": "out_of_memory", "failure": "CUDA out of memory"}])";
+  const Outcome r = run_lcplan({"validate", "--measurements", runs.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("oom-1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ran out of memory; predicted peak"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("as predicted"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not modelled"), std::string::npos) << r.out;
+}
+
 TEST(GoodInvocation, SearchWithPins) {
   const fs::path out = scratch() / "recipe.json";
   const Outcome r = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k", "--tp", "1", "--pp", "1",
