@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
+#include <string>
 
 #include "common/user_error.h"
 
@@ -129,6 +131,64 @@ std::optional<MegatronMemory> memory_line(const std::string& line) {
 
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
+// The plan's word for a size Megatron reports at startup, by the name on its "using world size" line or in its
+// argument dump; nullptr for others.
+const char* startup_size_name(const std::string& key) {
+  static const std::pair<const char*, const char*> names[] = {
+      {"using world size", "gpus"},           {"world_size", "gpus"},
+      {"tensor-model-parallel size", "tp"},   {"tensor_model_parallel_size", "tp"},
+      {"pipeline-model-parallel size", "pp"}, {"pipeline_model_parallel_size", "pp"},
+      {"context-parallel size", "cp"},        {"context_parallel_size", "cp"},
+      {"expert_model_parallel_size", "ep"},   {"expert_tensor_parallel_size", "etp"},
+      {"seq_length", "seq_len"},              {"micro_batch_size", "micro_batch"}};
+  for (const auto& [k, v] : names)
+    if (key == k) return v;
+  return nullptr;
+}
+
+// Sizes on a startup line: "using world size: 32, ... tensor-model-parallel size: 1, ..." or a dump line
+// "  tensor_model_parallel_size ...................... 2".
+void startup_sizes(const std::string& line, int line_no, std::vector<MegatronStartupSize>& out) {
+  auto put = [&](const std::string& key, const std::string& value) {
+    const char* name = startup_size_name(trim(key));
+    size_t i = 0;
+    const std::string v = trim(value);
+    if (!name) return;
+    if (const auto n = read_long(v, i); n && i == v.size()) out.push_back({name, *n, line_no});
+  };
+  if (const size_t at = line.find("using world size:"); at != std::string::npos) {
+    std::string rest = line.substr(at);
+    for (size_t b = 0; b <= rest.size();) {
+      size_t e = rest.find(',', b);
+      if (e == std::string::npos) e = rest.size();
+      const std::string part = rest.substr(b, e - b);
+      if (const size_t c = part.find(':'); c != std::string::npos) put(part.substr(0, c), part.substr(c + 1));
+      b = e + 1;
+    }
+    return;
+  }
+  if (const size_t dots = line.find(" ....."); dots != std::string::npos) {
+    const size_t end = line.find_first_not_of('.', dots + 1);
+    if (end != std::string::npos) {
+      const size_t word = line.find_last_of(" :]", dots - 1);
+      put(line.substr(word == std::string::npos ? 0 : word + 1, dots - (word == std::string::npos ? 0 : word + 1)), line.substr(end));
+    }
+  }
+}
+
+// The plan's value of a startup size (dp is not compared: it follows from the rest).
+long plan_size(const Plan& p, const std::string& name) {
+  const Parallel& q = p.parallel;
+  if (name == "gpus") return p.gpus;
+  if (name == "tp") return q.tp;
+  if (name == "pp") return q.pp;
+  if (name == "cp") return q.cp;
+  if (name == "ep") return q.ep;
+  if (name == "etp") return q.etp;
+  if (name == "seq_len") return long(p.seq_len);
+  return p.micro_batch;
+}
+
 // The exception line of a Python traceback: "<dotted.Name>Error: ..." or "...Exception: ...".
 std::optional<std::string> exception_line(const std::string& line) {
   for (const char* kind : {"Error", "Exception", "Interrupt"}) {
@@ -194,6 +254,7 @@ MegatronLog parse_megatron_log(const std::string& text) {
     b = e + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    startup_sizes(line, line_no, log.startup);
     if (auto it = iteration_line(line)) {
       it->line = line_no;
       log.iterations.push_back(*it);
@@ -271,6 +332,12 @@ nlohmann::json megatron_measurement(const MegatronLog& log, const Plan& plan, co
       for (size_t i = size_t(opt.skip_iterations); i < n; ++i) used.push_back(&log.iterations[i]);
     }
   }
+  std::set<std::string> compared;  // the first report of each size is the run's own
+  for (const MegatronStartupSize& s : log.startup)
+    if (compared.insert(s.name).second && plan_size(plan, s.name) != s.value)
+      throw UserError(file + ": the run reports " + s.name + " " + std::to_string(s.value) + " (line " +
+                      std::to_string(s.line) + ") but the plan's " + s.name + " is " +
+                      std::to_string(plan_size(plan, s.name)) + " (give the plan this run was launched with)");
   const long plan_batch = effective_global_batch(plan);
   for (const MegatronIteration* it : used)
     if (it->global_batch && *it->global_batch != plan_batch)

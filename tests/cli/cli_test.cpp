@@ -52,6 +52,9 @@ const fs::path& scratch() {
     const std::string iteration = " iteration 10/100 | elapsed time per iteration (ms): 1000.0 | global batch size: ";
     std::ofstream(d / "good.log") << iteration << "64 |\n" << iteration << "64 |\n";
     std::ofstream(d / "gb128.log") << iteration << "128 |\n" << iteration << "128 |\n";
+    std::ofstream(d / "tp2.log") << "using world size: 32, data-parallel size: 16, context-parallel size: 1, "
+                                    "tensor-model-parallel size: 2, pipeline-model-parallel size: 1\n"
+                                 << iteration << "64 |\n" << iteration << "64 |\n";
     std::ofstream(d / "no_iterations.log") << "> building GPT model ...\n";
     std::ofstream(d / "crash.log") << "Traceback (most recent call last):\n  File \"pretrain_gpt.py\", line 3\n"
                                       "ValueError: bad value\n";
@@ -282,6 +285,9 @@ std::vector<Bad> bad_invocations() {
       {"ingest with an unknown source", {"ingest", "nemo"}, {"nemo", "megatron"}},
       {"ingest megatron without logs", {"ingest", "megatron", "--plan", path("plan_ok.json"), "--out", path("runs.json")}, {"logs"}},
       {"ingest megatron without --plan", {"ingest", "megatron", path("good.log"), "--out", path("runs.json")}, {"--plan"}},
+      {"ingest megatron log of another layout",
+       {"ingest", "megatron", path("tp2.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json")},
+       {"tp2.log", "reports tp 2", "plan's tp is 1"}},
       {"ingest megatron without --out", {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json")}, {"--out"}},
       {"ingest megatron log missing", {"ingest", "megatron", path("no_such.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json")},
        {"no_such.log"}},
