@@ -6,6 +6,7 @@
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/hardware.h"
 
 namespace lcplan::cli {
 
@@ -16,7 +17,10 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_option("--megatron-args-file", f.megatron_args_file,
                 "a Megatron-LM launch script (the pretrain_*.py / torchrun command is read) to start from");
   c->add_option("--model", f.model, "zoo name (see `lcplan models`) or path to a Hugging Face config.json");
-  c->add_option("--hardware", f.hardware, "hardware profile (data/hardware: h100-sxm-80gb, h800, h200, a100-sxm-80gb, b200, gb200-nvl72) or JSON path");
+  // The shipped profiles as the data folder holds them, so the help never lags behind data/hardware.
+  std::string profiles;
+  for (const std::string& n : hardware_names(data_dir())) profiles += (profiles.empty() ? "" : ", ") + n;
+  c->add_option("--hardware", f.hardware, "hardware profile (data/hardware: " + profiles + "; default h100-sxm-80gb) or JSON path");
   c->add_option("--gpus", f.gpus, "total GPUs");
   c->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node / NVLink domain (default: the hardware profile's)");
   c->add_option("--seq", f.seq, "sequence length in tokens (131072, 128k, 1M)");

@@ -204,6 +204,7 @@ std::vector<Bad> bad_invocations() {
       {"config.json with no layers", {"estimate", "--model", path("no_layers.json"), "--gpus", "8", "--seq", "4k"},
        {"num_hidden_layers", "positive", "got 0"}},
       {"plan file with seq_len 0", {"estimate", "--plan", path("seq0.json")}, {"seq0.json", "seq_len", "131072"}},
+      {"search --out-plan past the top", srch({"--out", path("never.json"), "--out-plan", "99"}), {"--out-plan 99", "reduced"}},
       {"search over too many GPUs", srch({"--gpus", "10000000"}), {"gpus = 10000000", "valid: 1 to 1048576"}},
       {"megatron args with an unclosed quote", est({"--megatron-args", "--seq-length 4096 --tensor-model-parallel-size 'abc"}),
        {"--megatron-args", "quote"}},
@@ -428,6 +429,45 @@ TEST(GoodInvocation, ValidateComparesAnOutOfMemoryRunWithThePredictedFit) {
   EXPECT_NE(r.out.find("ran out of memory; predicted peak"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("as predicted"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("not modelled"), std::string::npos) << r.out;
+}
+
+// Missing basics (issue 28 item 10): what lcplan read of a config.json, the N-th plan or the reduced recipe as a
+// recipe, and the hardware help listing every shipped profile.
+TEST(GoodInvocation, ModelsShowsWhatItRead) {
+  const Outcome r = run_lcplan({"models", "--show", "qwen3.5-35b-a3b"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("40 layers (10 x (3 x gdn+moe, attn+moe)) + 1 MTP"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("experts 256"), std::string::npos) << r.out;
+  const Outcome j = run_lcplan({"models", "--show", std::string(LCPLAN_SOURCE_DIR) + "/models/zoo/deepseek-v3.json", "--json"});
+  ASSERT_EQ(j.status, 0) << j.err;
+  const nlohmann::json d = nlohmann::json::parse(j.out);
+  EXPECT_EQ(d.at("mla").at("kv_lora_rank"), 512);
+  EXPECT_EQ(d.at("moe").at("top_k"), 8);
+  EXPECT_GT(d.at("params").at("total").get<double>(), 6.7e11);
+}
+
+TEST(GoodInvocation, SearchWritesTheNthPlanOrTheReducedRecipe) {
+  const std::vector<std::string> s = {"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k", "--json"};
+  const Outcome all = run_lcplan(s);
+  ASSERT_EQ(all.status, 0) << all.err;
+  const nlohmann::json rec = nlohmann::json::parse(all.out);
+  const fs::path third = scratch() / "third.json", reduced = scratch() / "reduced.json";
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> a = s;
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  ASSERT_EQ(run_lcplan(with({"--out", third.string(), "--out-plan", "3"})).status, 0);
+  ASSERT_EQ(run_lcplan(with({"--out", reduced.string(), "--out-plan", "reduced"})).status, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(third)).at("parallel"), rec.at("top").at(2).at("plan").at("parallel"));
+  EXPECT_EQ(nlohmann::json::parse(slurp(reduced)).at("parallel"), rec.at("reduced_recipe").at("estimate").at("plan").at("parallel"));
+}
+
+TEST(GoodInvocation, HardwareHelpListsEveryShippedProfile) {
+  const Outcome r = run_lcplan({"estimate", "--help"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const auto& e : fs::directory_iterator(std::string(LCPLAN_SOURCE_DIR) + "/data/hardware"))
+    EXPECT_NE(r.out.find(e.path().stem().string()), std::string::npos) << e.path().stem() << " missing from --help";
 }
 
 TEST(GoodInvocation, SearchWithPins) {
