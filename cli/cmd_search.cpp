@@ -55,7 +55,7 @@ void register_search(CLI::App& app, int& exit_code) {
     const ReducedRecipe& recipe = run.recipe;
     const Inputs& in = run.in;
     const Candidate& best = r.top.front();
-    if (!a->out.empty()) write_file_atomic(a->out, plan_to_json(chosen_for_out(a->out_plan, r, recipe).plan).dump(2) + "\n");
+    if (!a->out.empty()) write_plan_file(a->out, chosen_for_out(a->out_plan, r, recipe).plan);
     if (a->json) std::printf("%s\n", search_json(r, recipe).dump(2).c_str());
     else std::fputs(search_table(r, recipe, a->explain_rejects, 8).c_str(), stdout);
     if (a->emit == "megatron") {

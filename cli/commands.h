@@ -15,6 +15,7 @@ void register_estimate(CLI::App& app, int& exit_code);
 void register_search(CLI::App& app, int& exit_code);
 void register_report(CLI::App& app, int& exit_code);
 void register_tune(CLI::App& app, int& exit_code);  // cli/cmd_tune.cpp
+void register_diff(CLI::App& app, int& exit_code);  // cli/cmd_diff.cpp (built with the executor's scale rules)
 
 }  // namespace lcplan::cli
 

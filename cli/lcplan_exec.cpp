@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
       a = parse(argc, argv);
       wd.timeout_seconds = a.timeout;
       const std::string dir = lcplan::data_dir();
-      const lcplan::Plan plan = lcplan::plan_from_json(lcplan::read_json_file(a.plan, "plan file"));
+      const lcplan::Plan plan = lcplan::load_plan_file(a.plan);
       const lcplan::ModelSpec model = lcplan::load_model(plan.model, dir);
       if (const std::string e = lcplan::exec::executor_support_error(model, plan); !e.empty()) throw UserError(e);
       sc = lcplan::exec::executor_case(model, plan, {a.scale, a.layers});

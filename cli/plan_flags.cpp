@@ -135,7 +135,7 @@ int single(const std::string& text, const std::string& flag, bool allow_lists, i
 
 Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   Plan p;
-  if (!f.plan_file.empty()) p = plan_from_json(read_json_file(f.plan_file, "plan file"));
+  if (!f.plan_file.empty()) p = load_plan_file(f.plan_file);
   return apply_plan_flags(p, f, allow_lists);
 }
 

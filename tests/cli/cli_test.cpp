@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -461,6 +462,54 @@ TEST(GoodInvocation, SearchWritesTheNthPlanOrTheReducedRecipe) {
   ASSERT_EQ(run_lcplan(with({"--out", reduced.string(), "--out-plan", "reduced"})).status, 0);
   EXPECT_EQ(nlohmann::json::parse(slurp(third)).at("parallel"), rec.at("top").at(2).at("plan").at("parallel"));
   EXPECT_EQ(nlohmann::json::parse(slurp(reduced)).at("parallel"), rec.at("reduced_recipe").at("estimate").at("plan").at("parallel"));
+}
+
+// Recipes travel (issue 28 item 5): a config.json path is stored relative to the recipe, so estimate --plan works
+// from another directory.
+TEST(GoodInvocation, ARecipeWithAConfigPathWorksFromAnywhere) {
+  const fs::path work = scratch() / "travel" / "work", out = scratch() / "travel" / "out";
+  fs::create_directories(work / "cfg");
+  fs::create_directories(out);
+  fs::copy_file(std::string(LCPLAN_SOURCE_DIR) + "/models/zoo/qwen3-30b-a3b.json", work / "cfg" / "model.json",
+                fs::copy_options::overwrite_existing);
+  lcplan::testing::RunOptions in_work;
+  in_work.cwd = work.string();
+  const Outcome s = lcplan::testing::run_program({LCPLAN_BINARY, "search", "--model", "cfg/model.json", "--gpus", "16",
+                                                  "--seq", "4k", "--out", "../out/recipe.json"}, in_work);
+  ASSERT_EQ(s.status, 0) << s.err;
+  const nlohmann::json recipe = nlohmann::json::parse(slurp(out / "recipe.json"));
+  EXPECT_EQ(recipe.at("model"), "../work/cfg/model.json");
+  lcplan::testing::RunOptions elsewhere;
+  elsewhere.cwd = "/";
+  const Outcome e = lcplan::testing::run_program({LCPLAN_BINARY, "estimate", "--plan", (out / "recipe.json").string()}, elsewhere);
+  EXPECT_EQ(e.status, 0) << e.err;
+}
+
+TEST(GoodInvocation, VersionNamesTheCommit) {
+  const Outcome r = run_lcplan({"--version"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("lcplan ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("(commit "), std::string::npos) << r.out;
+}
+
+// lcplan diff: two plans term by term (only what differs), and a plan against a measured record.
+TEST(GoodInvocation, DiffShowsWhatDiffersBetweenTwoPlans) {
+  const fs::path a = scratch() / "diff-a.json", b = scratch() / "diff-b.json";
+  std::ofstream(a) << R"({"model": "qwen3.5-35b-a3b", "gpus": 32, "seq_len": "128k", "parallel": {"ep": 8, "cp": 4},
+    "optimizer_sharding": "fsdp", "recompute": "full", "linear_ce": true})";
+  std::ofstream(b) << R"({"model": "qwen3.5-35b-a3b", "gpus": 32, "seq_len": "128k", "parallel": {"ep": 8, "cp": 4},
+    "optimizer_sharding": "dist_opt", "recompute": "full", "linear_ce": true})";
+  const Outcome r = run_lcplan({"diff", a.string(), b.string(), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json rows = nlohmann::json::parse(r.out);
+  std::set<std::string> fields;
+  for (const auto& row : rows) fields.insert(row.at("field").get<std::string>());
+  EXPECT_TRUE(fields.count("plan.optimizer_sharding")) << r.out;
+  EXPECT_TRUE(fields.count("memory.stages.0.breakdown.params")) << r.out;  // FSDP shards the weights too
+  EXPECT_FALSE(fields.count("plan.model")) << "an equal field is listed";
+  const Outcome same = run_lcplan({"diff", a.string(), a.string()});
+  ASSERT_EQ(same.status, 0) << same.err;
+  EXPECT_NE(same.out.find("identical"), std::string::npos) << same.out;
 }
 
 TEST(GoodInvocation, HardwareHelpListsEveryShippedProfile) {
