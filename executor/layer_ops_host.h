@@ -1,6 +1,6 @@
-// The host backend of the layers' orchestration (layers_impl.h): host Bufs charged to the tracker, the CPU ops of
-// ops.h (fp64-accumulating GEMMs), the CPU kernels and MPI groups. The members that are more than one call live in
-// layers.cpp with the host-only MoE FFN they share helpers with.
+// The host backend of the layers' orchestration (executor/layers/, common.h lists the members): host Bufs charged to
+// the tracker, the CPU ops of ops.h (fp64-accumulating GEMMs), the CPU kernels and MPI groups. The members that are
+// more than one call live in layers.cpp with the host-only MoE FFN they share helpers with.
 #pragma once
 
 #include <algorithm>

@@ -7,7 +7,9 @@
 #include <Eigen/Core>
 
 #include "executor/layer_ops_host.h"
-#include "executor/layers_impl.h"
+#include "executor/layers/decoder_layer.h"
+#include "executor/layers/embedding.h"
+#include "executor/layers/loss.h"
 #include "executor/ops.h"
 #include "executor/ops_math.h"
 #include "kernels/attention/attention.h"
@@ -488,7 +490,7 @@ void HostOps::moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const Unit
   exec::moe_bwd(c, u, w, g, sv, n2, dy, dn2);
 }
 
-// ---------------------------------------------------------------- layers.h: the host instance of layers_impl.h
+// ---------------------------------------------------------------- layers.h: the host instance of executor/layers/
 
 void layer_forward(Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep, LayerSaved& sv,
                    float* out) {

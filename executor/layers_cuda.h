@@ -1,4 +1,4 @@
-// The GPU backend's decoder layers: layers_impl.h's orchestration (the one the host layers run and the paired and
+// The GPU backend's decoder layers: executor/layers/'s orchestration (the one the host layers run and the paired and
 // memory tests check) on DeviceOps, which calls the device ops of ops_cuda.h, the CUDA attention and linear-CE kernels
 // and NCCL groups, every call on one stream. Every tensor is a DeviceBuf charged to the tracker's categories exactly
 // where the host layer charges its Buf, so peaks per phase come from the same code.
@@ -27,8 +27,8 @@ namespace lcplan::exec::cuda {
 
 using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
 
-// The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
-// enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and
+// The device backend of executor/layers/ (layers/common.h lists the members). Device pointers throughout; every call
+// is enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and
 // attention backward workspaces, linear-CE tiles) is a DeviceBuf per call, charged while the call runs.
 struct DeviceOps {
   template <class T>

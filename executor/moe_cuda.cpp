@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "executor/layers_cuda.h"
-#include "executor/layers_impl.h"
+#include "executor/layers/decoder_layer.h"
 #include "executor/ops_cuda.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/moe_kernels_cuda.h"

@@ -1,6 +1,6 @@
 // lcplan-exec's training step, once for both backends (executor/README.md): the step below is the CPU backend's
 // (executor.cpp, HostBackend) and the GPU backend's (executor_cuda.cpp, DeviceBackend). A Backend offers
-//   template <class T> using Buf; using Ops; using Store;     buffers, layer ops (layers_impl.h), parameter store
+//   template <class T> using Buf; using Ops; using Store;     buffers, layer ops (layers/common.h), parameter store
 //   groups(world, layout)  the process groups (MPI, or NCCL on the step's stream)
 //   mem()                  the store's memory policy; ops(tracker): the layers' Ops
 //   ids(tracker, vector)   token ids or targets where the layers read them (charged as workspace)
@@ -27,7 +27,9 @@
 #include "estimator/plan_rules.h"
 #include "executor/exec_model.h"
 #include "executor/executor.h"
-#include "executor/layers_impl.h"
+#include "executor/layers/decoder_layer.h"
+#include "executor/layers/embedding.h"
+#include "executor/layers/loss.h"
 #include "executor/scale.h"
 #include "executor/schedule.h"
 #include "kernels/comm/groups.h"

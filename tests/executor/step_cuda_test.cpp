@@ -6,7 +6,8 @@
 // peak are the same (workspace and logits differ: the device's kernels take their own scratch). Skips itself without
 // a usable device per rank; the host half runs everywhere.
 //
-// cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
+// cp2 runs load-balanced context parallelism: the K/V exchange (layers/core_attention.h cp_gather_kv) on NCCL against
+// MPI.
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
 // a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
 // moe_* run Qwen3.5-35B-A3B itself, scaled (a gated DeltaNet and a gated-attention layer, both MoE): routing, EP
