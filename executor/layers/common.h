@@ -17,8 +17,10 @@
 //   gated_norm, gated_norm_bwd, gdn_gates, gdn_gates_bwd, conv1d_fwd, conv1d_history, conv1d_bwd, la_fwd, la_bwd
 //                                                                              gated DeltaNet's ops and kernels
 //   add_bias, bias_bwd                                                         q/k/v biases
-//   moe_fwd, moe_bwd                                                           the MoE FFN (host: kernels/moe's
-//                                                                              CPU layer; device: moe_cuda.cpp)
+//   moe_buf<T>(n), upload(v), save_counts(v), load_counts(buf), to_f32(x, y, n) and the members
+//   kernels/moe/moe_pass.h lists                                               the MoE FFN (moe.h): host
+//                                                                              kernels/moe/moe_ops_cpu.h, device
+//                                                                              moe_ops_cuda.cpp
 //
 // This header holds what every layer kind uses (Rows, sp_gather, row_parallel_bwd); each kind has its own header
 // beside it, and decoder_layer.h puts them together.
@@ -28,6 +30,7 @@
 #include <utility>
 
 #include "executor/layers.h"
+#include "kernels/moe/moe_pass.h"
 
 namespace lcplan::exec::impl {
 
@@ -39,20 +42,14 @@ inline float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
 
 // A [tokens x w] tensor: this rank's rows all-gathered over TP, or (without TP) the rows themselves, not copied.
 template <class Ops>
-struct Rows {
-  WsOf<Ops> buf;
-  const float* p = nullptr;
-};
+using Rows = moe::GatheredRows<Ops>;
 
 // Sequence-parallel all-gather (Megatron gather_from_sequence_parallel_region): [rows x w] -> [tokens x w] in TP-rank
-// order. The values are bf16-exact, so gathering fp32 moves the same numbers a bf16 all-gather would.
+// order, the MoE shared expert's own (kernels/moe/moe_pass.h gather_rows). The values are bf16-exact, so gathering
+// fp32 moves the same numbers a bf16 all-gather would.
 template <class Ops>
 Rows<Ops> sp_gather(Ops& o, Ctx& c, const float* mine, int64_t w) {
-  if (c.tp == 1) return {WsOf<Ops>(), mine};
-  Rows<Ops> r{o.ws(size_t(c.tokens * w)), nullptr};
-  comm::all_gather(c.pg.tp, mine, r.buf.data(), size_t(c.rows * w), comm::DType::F32);
-  r.p = r.buf.data();
-  return r;
+  return moe::gather_rows(o, c.pg.tp, mine, c.rows, w);
 }
 
 // Row-parallel GEMM backward: dy [rows x n] all-gathered; dx [tokens x k] = dy W^T, dW += x^T dy.

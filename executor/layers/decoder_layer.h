@@ -1,5 +1,5 @@
-// One decoder layer over an Ops (common.h): norm, mixer (attention.h, mla.h, gdn.h), residual, norm, FFN (mlp.h or the
-// MoE FFN), residual; its backward, with what the plan's recompute mode dropped rebuilt first.
+// One decoder layer over an Ops (common.h): norm, mixer (attention.h, mla.h, gdn.h), residual, norm, FFN (mlp.h or
+// moe.h), residual; its backward, with what the plan's recompute mode dropped rebuilt first.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include "executor/layers/gdn.h"
 #include "executor/layers/mla.h"
 #include "executor/layers/mlp.h"
+#include "executor/layers/moe.h"
 
 namespace lcplan::exec::impl {
 
@@ -71,7 +72,7 @@ template <class Ops>
 void ffn_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, const float* n2, Keep keep,
              BasicLayerSaved<Ops::template Buf>& sv, float* y) {
   if (l.ffn == FfnKind::Dense) mlp_fwd(o, c, u, w, n2, keep, sv, y);
-  else o.moe_fwd(c, u, w, n2, keep, sv, y);
+  else moe_fwd(o, c, u, w, n2, keep, sv, y);
 }
 
 template <class Ops>
@@ -125,7 +126,7 @@ void layer_backward(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, cons
   o.round(n2.data(), n2.size());
   WsOf<Ops> dn2 = o.ws(size_t(T * H));
   if (l.ffn == FfnKind::Dense) mlp_bwd(o, c, u, w, g, s, n2.data(), dout, dn2.data());
-  else o.moe_bwd(c, u, w, g, s, n2.data(), dout, dn2.data());
+  else moe_bwd(o, c, u, w, g, s, n2.data(), dout, dn2.data());
   WsOf<Ops> dr = o.ws(size_t(T * H));
   o.copy(dout, size_t(T * H), dr.data());
   o.rmsnorm_bwd(r.data(), wd(w, u.off.norm2), dn2.data(), dr.data(), gd(g, u.off.norm2), T, H, true);

@@ -12,7 +12,7 @@
 // a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
 // moe_* run Qwen3.5-35B-A3B itself, scaled (a gated DeltaNet and a gated-attention layer, both MoE): routing, EP
 // chunks, the all-to-alls over NCCL against MPI, the gated shared expert, TP-sharded in moe_tp2, expert tensor
-// parallelism in moe_etp2 (executor/moe_cuda.cpp).
+// parallelism in moe_etp2 (executor/layers/moe.h on executor/moe_ops_cuda.cpp).
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.
