@@ -242,6 +242,28 @@ lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm&, const lcplan::exec:
 }
 #endif
 
+// Rank 0's files: the phase trace (--phase-trace), then the measurement record; a record on disk means the whole run
+// succeeded.
+void write_outputs(const Options& a, const lcplan::exec::ScaledCase& sc, const lcplan::exec::ExecOptions& o,
+                   const lcplan::exec::ExecResult& r, const nlohmann::json& cupti) {
+  lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
+  if (!cupti.is_null()) m.executor["cupti_phases"] = cupti;
+  if (!a.phase_trace.empty()) {
+    std::vector<int> stages;
+    size_t n = 0;
+    for (const lcplan::exec::RankReport& rr : r.ranks) stages.push_back(rr.stage);
+    for (const auto& s : r.segments) n += s.size();
+    lcplan::write_file_atomic(a.phase_trace, lcplan::exec::phase_trace_json(r.segments, stages).dump() + "\n");
+    std::printf("lcplan-exec: phase trace of %zu segments on %zu ranks (chrome://tracing, ui.perfetto.dev); "
+                "wrote %s\n", n, r.segments.size(), a.phase_trace.c_str());
+  }
+  // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
+  lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
+  std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",
+              m.id.c_str(), *m.loss, *m.grad_norm, *m.step_seconds, *m.peak_bytes / 1048576.0, *m.peak_rank,
+              lcplan::to_string(*m.peak_phase), a.out.c_str());
+}
+
 // LCPLAN_EXEC_FAIL=rank:phase (tests): that rank throws when that phase first begins (in the first step).
 void fail_hook(lcplan::exec::ExecOptions& o, int rank) {
   const char* v = std::getenv("LCPLAN_EXEC_FAIL");
@@ -333,24 +355,7 @@ int main(int argc, char** argv) {
     nlohmann::json cupti;
     const lcplan::exec::ExecResult r = a.backend == "cuda" ? run_cuda(world, sc, o, a.cupti, &cupti)
                                                            : lcplan::exec::run_executor(world, sc.model, sc.plan, o);
-    if (world.rank == 0) {
-      lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
-      if (!cupti.is_null()) m.executor["cupti_phases"] = cupti;
-      if (!a.phase_trace.empty()) {  // before the record: a record on disk means the whole run succeeded
-        std::vector<int> stages;
-        size_t n = 0;
-        for (const lcplan::exec::RankReport& rr : r.ranks) stages.push_back(rr.stage);
-        for (const auto& s : r.segments) n += s.size();
-        lcplan::write_file_atomic(a.phase_trace, lcplan::exec::phase_trace_json(r.segments, stages).dump() + "\n");
-        std::printf("lcplan-exec: phase trace of %zu segments on %zu ranks (chrome://tracing, ui.perfetto.dev); "
-                    "wrote %s\n", n, r.segments.size(), a.phase_trace.c_str());
-      }
-      // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
-      lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
-      std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",
-                  m.id.c_str(), *m.loss, *m.grad_norm, *m.step_seconds, *m.peak_bytes / 1048576.0, *m.peak_rank,
-                  lcplan::to_string(*m.peak_phase), a.out.c_str());
-    }
+    if (world.rank == 0) write_outputs(a, sc, o, r, cupti);
     lcplan::comm::free_comm(world);
     MPI_Comm_free(&wd.notices);
     MPI_Finalize();
