@@ -302,6 +302,107 @@ MegatronLog parse_megatron_log(const std::string& text) {
   return log;
 }
 
+namespace {
+
+// The logged iterations after the warm-up ones (none when an out-of-memory run logged too few).
+std::vector<const MegatronIteration*> measured_iterations(const MegatronLog& log, const IngestOptions& opt, bool oom) {
+  std::vector<const MegatronIteration*> used;
+  if (log.iterations.empty()) return used;
+  const size_t n = log.iterations.size();
+  if (opt.skip_iterations < 0 || size_t(opt.skip_iterations) >= n) {
+    if (!oom)
+      throw UserError(opt.file + " has " + std::to_string(n) + " iteration lines, all skipped by --skip-iterations " +
+                      std::to_string(opt.skip_iterations) + " (valid: 0 to " + std::to_string(n - 1) + ")");
+    return used;
+  }
+  for (size_t i = size_t(opt.skip_iterations); i < n; ++i) used.push_back(&log.iterations[i]);
+  return used;
+}
+
+// The run must be the plan's: the sizes it reports at startup and the global batch of every iteration used.
+void check_run_is_the_plan(const MegatronLog& log, const std::vector<const MegatronIteration*>& used, const Plan& plan,
+                           const std::string& file) {
+  std::set<std::string> compared;  // the first report of each size is the run's own
+  for (const MegatronStartupSize& s : log.startup)
+    if (compared.insert(s.name).second && plan_size(plan, s.name) != s.value)
+      throw UserError(file + ": the run reports " + s.name + " " + std::to_string(s.value) + " (line " +
+                      std::to_string(s.line) + ") but the plan's " + s.name + " is " +
+                      std::to_string(plan_size(plan, s.name)) + " (give the plan this run was launched with)");
+  const long plan_batch = effective_global_batch(plan);
+  for (const MegatronIteration* it : used)
+    if (it->global_batch && *it->global_batch != plan_batch)
+      throw UserError(file + ": global batch size " + std::to_string(*it->global_batch) + " at iteration " +
+                      std::to_string(it->iteration) + " disagrees with the plan's global_batch " + std::to_string(plan_batch) +
+                      " (give the plan of this run)");
+}
+
+// Median step time and TFLOP/s/GPU of the iterations used.
+void add_iterations(const std::vector<const MegatronIteration*>& used, const IngestOptions& opt, nlohmann::json& rec,
+                    nlohmann::json& source, std::vector<std::string>& notes) {
+  if (used.empty()) return;
+  std::vector<double> ms, tflops, tokens;
+  long bad = 0;
+  for (const MegatronIteration* it : used) {
+    ms.push_back(it->elapsed_ms);
+    if (it->tflops_per_gpu) tflops.push_back(*it->tflops_per_gpu);
+    if (it->tokens_per_gpu) tokens.push_back(*it->tokens_per_gpu);
+    bad += it->skipped + it->nan;
+  }
+  rec["step_seconds"] = median(ms) / 1e3;
+  if (!tflops.empty()) rec["tflops_per_gpu"] = median(tflops);
+  else notes.push_back("no TFLOP/s field in the iteration lines (Megatron prints it with --log-throughput)");
+  source["iterations"] = {used.front()->iteration, used.back()->iteration};
+  source["logged_iterations_used"] = used.size();
+  source["logged_iterations_skipped"] = opt.skip_iterations;
+  notes.push_back("median of " + std::to_string(used.size()) + " logged iterations (" + std::to_string(used.front()->iteration) +
+                  " to " + std::to_string(used.back()->iteration) + ") after skipping the first " +
+                  std::to_string(opt.skip_iterations) + ": " + num(median(ms), "%.1f") + " ms per iteration" +
+                  (tokens.empty() ? std::string() : ", " + num(median(tokens), "%.1f") + " tokens/s/GPU"));
+  if (bad > 0) notes.push_back(std::to_string(bad) + " skipped or NaN iterations inside the intervals used");
+}
+
+// The largest max-allocated and max-reserved over the ranks' memory lines.
+void add_memory(const MegatronLog& log, bool oom, nlohmann::json& rec, nlohmann::json& source,
+                std::vector<std::string>& notes) {
+  if (log.memory.empty()) {
+    if (!oom) notes.push_back("no memory lines (Megatron prints them once per rank after the first logged iteration)");
+    return;
+  }
+  const MegatronMemory* top = &log.memory.front();
+  const MegatronMemory* top_reserved = &log.memory.front();
+  std::vector<int> ranks;
+  for (const MegatronMemory& m : log.memory) {
+    if (m.max_allocated_mib > top->max_allocated_mib) top = &m;
+    if (m.max_reserved_mib > top_reserved->max_reserved_mib) top_reserved = &m;
+    if (std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end()) ranks.push_back(m.rank);
+  }
+  constexpr double MiB = 1024.0 * 1024.0;
+  if (top->max_allocated_mib > 0) rec["peak_bytes"] = top->max_allocated_mib * MiB;
+  if (top_reserved->max_reserved_mib > 0) rec["peak_reserved_bytes"] = top_reserved->max_reserved_mib * MiB;
+  source["peak_rank"] = top->rank;
+  source["peak_reserved_rank"] = top_reserved->rank;
+  source["memory_ranks"] = ranks.size();
+  notes.push_back("peak = max allocated " + num(top->max_allocated_mib, "%.2f") + " MiB on rank " + std::to_string(top->rank) +
+                  " (largest of " + std::to_string(ranks.size()) + " ranks); max reserved " +
+                  num(top_reserved->max_reserved_mib, "%.2f") + " MiB on rank " + std::to_string(top_reserved->rank));
+}
+
+// How the run ended: out of memory (the plan did not fit), or a later failure after the iterations used.
+void add_failure(const MegatronLog& log, bool oom, bool measured, nlohmann::json& rec, std::vector<std::string>& notes) {
+  if (oom) {
+    rec["status"] = "out_of_memory";
+    rec["failure"] = log.failure_reason;
+    notes.push_back("the run ran out of CUDA memory at line " + std::to_string(log.failure_line) +
+                    (measured ? ", after the iterations measured" : " before any measured iteration") +
+                    ": the plan did not fit");
+  } else if (log.failure != RunFailure::None) {
+    notes.push_back("the run failed later, at line " + std::to_string(log.failure_line) + " (" + to_string(log.failure) + ": " +
+                    first_sentence(log.failure_reason) + "); the iterations before it are used");
+  }
+}
+
+}  // namespace
+
 nlohmann::json megatron_measurement(const MegatronLog& log, const Plan& plan, const IngestOptions& opt) {
   const std::string& file = opt.file;
   std::vector<std::string> notes;
@@ -315,87 +416,13 @@ nlohmann::json megatron_measurement(const MegatronLog& log, const Plan& plan, co
                            "(ms): ...\" every --log-interval; is it the log of rank 0?)");
   if (log.truncated_last_line) notes.push_back("the last line was cut off (no newline) and ignored");
 
-  nlohmann::json rec;
-  rec["id"] = opt.id;
+  nlohmann::json rec = {{"id", opt.id}, {"plan", plan_to_json(plan)}, {"scope", "step"}};
   nlohmann::json source = {{"kind", "megatron-log"}, {"file", file}};
-  rec["plan"] = plan_to_json(plan);
-  rec["scope"] = "step";
-
-  std::vector<const MegatronIteration*> used;
-  if (!log.iterations.empty()) {
-    const size_t n = log.iterations.size();
-    if (opt.skip_iterations < 0 || size_t(opt.skip_iterations) >= n) {
-      if (!oom)
-        throw UserError(file + " has " + std::to_string(n) + " iteration lines, all skipped by --skip-iterations " +
-                        std::to_string(opt.skip_iterations) + " (valid: 0 to " + std::to_string(n - 1) + ")");
-    } else {
-      for (size_t i = size_t(opt.skip_iterations); i < n; ++i) used.push_back(&log.iterations[i]);
-    }
-  }
-  std::set<std::string> compared;  // the first report of each size is the run's own
-  for (const MegatronStartupSize& s : log.startup)
-    if (compared.insert(s.name).second && plan_size(plan, s.name) != s.value)
-      throw UserError(file + ": the run reports " + s.name + " " + std::to_string(s.value) + " (line " +
-                      std::to_string(s.line) + ") but the plan's " + s.name + " is " +
-                      std::to_string(plan_size(plan, s.name)) + " (give the plan this run was launched with)");
-  const long plan_batch = effective_global_batch(plan);
-  for (const MegatronIteration* it : used)
-    if (it->global_batch && *it->global_batch != plan_batch)
-      throw UserError(file + ": global batch size " + std::to_string(*it->global_batch) + " at iteration " +
-                      std::to_string(it->iteration) + " disagrees with the plan's global_batch " + std::to_string(plan_batch) +
-                      " (give the plan of this run)");
-  if (!used.empty()) {
-    std::vector<double> ms, tflops, tokens;
-    long bad = 0;
-    for (const MegatronIteration* it : used) {
-      ms.push_back(it->elapsed_ms);
-      if (it->tflops_per_gpu) tflops.push_back(*it->tflops_per_gpu);
-      if (it->tokens_per_gpu) tokens.push_back(*it->tokens_per_gpu);
-      bad += it->skipped + it->nan;
-    }
-    rec["step_seconds"] = median(ms) / 1e3;
-    if (!tflops.empty()) rec["tflops_per_gpu"] = median(tflops);
-    else notes.push_back("no TFLOP/s field in the iteration lines (Megatron prints it with --log-throughput)");
-    source["iterations"] = {used.front()->iteration, used.back()->iteration};
-    source["logged_iterations_used"] = used.size();
-    source["logged_iterations_skipped"] = opt.skip_iterations;
-    notes.push_back("median of " + std::to_string(used.size()) + " logged iterations (" + std::to_string(used.front()->iteration) +
-                    " to " + std::to_string(used.back()->iteration) + ") after skipping the first " +
-                    std::to_string(opt.skip_iterations) + ": " + num(median(ms), "%.1f") + " ms per iteration" +
-                    (tokens.empty() ? std::string() : ", " + num(median(tokens), "%.1f") + " tokens/s/GPU"));
-    if (bad > 0) notes.push_back(std::to_string(bad) + " skipped or NaN iterations inside the intervals used");
-  }
-  if (!log.memory.empty()) {
-    const MegatronMemory* top = &log.memory.front();
-    const MegatronMemory* top_reserved = &log.memory.front();
-    std::vector<int> ranks;
-    for (const MegatronMemory& m : log.memory) {
-      if (m.max_allocated_mib > top->max_allocated_mib) top = &m;
-      if (m.max_reserved_mib > top_reserved->max_reserved_mib) top_reserved = &m;
-      if (std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end()) ranks.push_back(m.rank);
-    }
-    constexpr double MiB = 1024.0 * 1024.0;
-    if (top->max_allocated_mib > 0) rec["peak_bytes"] = top->max_allocated_mib * MiB;
-    if (top_reserved->max_reserved_mib > 0) rec["peak_reserved_bytes"] = top_reserved->max_reserved_mib * MiB;
-    source["peak_rank"] = top->rank;
-    source["peak_reserved_rank"] = top_reserved->rank;
-    source["memory_ranks"] = ranks.size();
-    notes.push_back("peak = max allocated " + num(top->max_allocated_mib, "%.2f") + " MiB on rank " + std::to_string(top->rank) +
-                    " (largest of " + std::to_string(ranks.size()) + " ranks); max reserved " +
-                    num(top_reserved->max_reserved_mib, "%.2f") + " MiB on rank " + std::to_string(top_reserved->rank));
-  } else if (!oom) {
-    notes.push_back("no memory lines (Megatron prints them once per rank after the first logged iteration)");
-  }
-  if (oom) {
-    rec["status"] = "out_of_memory";
-    rec["failure"] = log.failure_reason;
-    notes.push_back("the run ran out of CUDA memory at line " + std::to_string(log.failure_line) +
-                    (used.empty() ? " before any measured iteration" : ", after the iterations measured") +
-                    ": the plan did not fit");
-  } else if (log.failure != RunFailure::None) {
-    notes.push_back("the run failed later, at line " + std::to_string(log.failure_line) + " (" + to_string(log.failure) + ": " +
-                    first_sentence(log.failure_reason) + "); the iterations before it are used");
-  }
+  const std::vector<const MegatronIteration*> used = measured_iterations(log, opt, oom);
+  check_run_is_the_plan(log, used, plan, file);
+  add_iterations(used, opt, rec, source, notes);
+  add_memory(log, oom, rec, source, notes);
+  add_failure(log, oom, !used.empty(), rec, notes);
   if (!rec.contains("step_seconds") && !rec.contains("peak_bytes") && !oom)
     throw UserError(file + " has no usable iteration or memory values");
   rec["source"] = source;
