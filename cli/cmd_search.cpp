@@ -7,6 +7,7 @@
 #include "cli/search_flags.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/estimate.h"
 #include "search/emit.h"
 #include "search/megatron_args.h"
 
@@ -57,7 +58,11 @@ void register_search(CLI::App& app, int& exit_code) {
     const Candidate& best = r.top.front();
     if (!a->out.empty()) write_plan_file(a->out, chosen_for_out(a->out_plan, r, recipe).plan);
     if (a->json) std::printf("%s\n", search_json(r, recipe).dump(2).c_str());
-    else std::fputs(search_table(r, recipe, a->explain_rejects, 8).c_str(), stdout);
+    else
+      std::fputs((run_header(run.base, in.model.name, in.hardware.name, run.global_batch_defaulted, false) +
+                  search_table(r, recipe, a->explain_rejects, 8, run.options.objective))
+                     .c_str(),
+                 stdout);
     if (a->emit == "megatron") {
       // Model-shape flags first (when Megatron-LM's flags can describe the model), then the plan's.
       const std::string shape = megatron_model_flags(in.model, /*with_mtp=*/false);

@@ -67,7 +67,10 @@ SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
     if (!start.global_batch_given) base.global_batch = 0;
   }
   Inputs in = load_inputs(base, flags.calibration, start.model);
-  if (flags.global_batch.empty() && base.global_batch == 0) base.global_batch = base.gpus;  // one sequence per GPU
+  // The default every output states (estimator/plan.h effective_global_batch), fixed before the walk so that every
+  // candidate trains on the same tokens.
+  const bool defaulted = flags.global_batch.empty() && base.global_batch == 0;
+  if (defaulted) base.global_batch = effective_global_batch(base);
   SearchOptions opt;
   const double hbm_gib = in.hardware.hbm_bytes / double(1 << 30);
   char headroom_range[128];
@@ -88,7 +91,9 @@ SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
   opt.top_k = parse_int_in(a.top, "--top", 1, 1000);
   nlohmann::json request = space_request(flags);
   PlanSpace space = search_space(in.model, base, parse_space_request(request, Naming::Flags), Naming::Flags);
-  return {std::move(start), std::move(base), std::move(in), std::move(opt), std::move(request), std::move(space)};
+  SearchSetup out{std::move(start), std::move(base), defaulted, std::move(in), std::move(opt), std::move(request),
+                  std::move(space)};
+  return out;
 }
 
 SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
@@ -110,7 +115,7 @@ SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
   // Nothing fits: say why on stderr, print no table that could be mistaken for a result.
   if (r.top.empty()) throw UserError(explain_infeasible(r, in.hardware, opt));
   print_warnings(start);
-  return {std::move(base), std::move(in), opt, std::move(r), std::move(recipe)};
+  return {std::move(base), s.global_batch_defaulted, std::move(in), opt, std::move(r), std::move(recipe)};
 }
 
 }  // namespace lcplan::cli

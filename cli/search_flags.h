@@ -26,6 +26,7 @@ std::vector<std::string> given_search_flags(const SearchFlags& f);
 struct SearchSetup {
   StartingPoint start;  // for its warnings
   Plan base;
+  bool global_batch_defaulted = false;  // the base plan's global batch is the default (one sequence per GPU)
   Inputs in;
   SearchOptions options;
   nlohmann::json space_request;  // the dimension flags given (search/space_constraints.h), as tune records them
@@ -36,6 +37,7 @@ SearchSetup prepare_search(const PlanFlags& plan, const SearchFlags& flags);
 
 struct SearchRun {
   Plan base;
+  bool global_batch_defaulted = false;
   Inputs in;
   SearchOptions options;
   SearchResult result;

@@ -97,16 +97,28 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
   return j;
 }
 
+std::string run_header(const Plan& p, const std::string& model, const std::string& hardware, bool global_batch_defaulted,
+                       bool per_plan) {
+  std::string h = model + " on " + std::to_string(p.gpus) + " x " + hardware + ", seq " + std::to_string(p.seq_len) +
+                  ", global batch " + std::to_string(effective_global_batch(p)) +
+                  (global_batch_defaulted ? " (the default: one sequence per GPU)" : "");
+  if (per_plan) {
+    const int mbs = num_microbatches(p);
+    h += ", micro batch " + std::to_string(p.micro_batch) + ", " + std::to_string(mbs) +
+         (mbs == 1 ? " microbatch" : " microbatches") + " per DP rank";
+  }
+  return h + ", implementation " + p.implementation + "\n";
+}
+
 std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m, const Hardware& hw) {
   constexpr double GiB = 1024.0 * 1024.0 * 1024.0, GB = 1e9;
   std::ostringstream o;
   char line[512];
   const Parallel& q = p.parallel;
+  o << run_header(p, m.name, hw.name, p.global_batch == 0, true);
   std::snprintf(line, sizeof line,
-                "%s on %d x %s, seq %lld, micro batch %d, global batch %d (%d microbatches)\n"
                 "tp %d  pp %d  vpp %d  cp %d  ep %d  etp %d  dp %d | %s | recompute %s%s | %s | ep_chunks %d | %s\n",
-                m.name.c_str(), p.gpus, hw.name.c_str(), static_cast<long long>(p.seq_len), p.micro_batch,
-                effective_global_batch(p), num_microbatches(p), q.tp, q.pp, q.vpp, q.cp, q.ep, q.etp, data_parallel(p),
+                q.tp, q.pp, q.vpp, q.cp, q.ep, q.etp, data_parallel(p),
                 to_string(p.optimizer_sharding), to_string(p.recompute),
                 p.recompute_layers > 0 ? (" (" + std::to_string(p.recompute_layers) + " layers)").c_str() : "",
                 p.linear_ce ? "linear CE" : "materialized logits", p.moe.ep_chunks, to_string(p.precision));

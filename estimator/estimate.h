@@ -46,6 +46,12 @@ nlohmann::json breakdown_to_json(const MemoryBreakdown& b);
 // The upper end of a peak's band under a calibration (the peak when the profile has no memory band).
 double peak_upper_bound(double peak_bytes, const Calibration& cal);
 
+// The first line of every output about a run: model, GPUs and hardware, sequence, global batch (saying when it is the
+// default, one sequence per GPU) and implementation; with `per_plan`, the micro batch and microbatches per DP rank
+// too (a search's plans differ in them).
+std::string run_header(const Plan& p, const std::string& model, const std::string& hardware, bool global_batch_defaulted,
+                       bool per_plan);
+
 // Human-readable report: per-stage memory breakdown (GiB and GB), peak, fits, time breakdown.
 std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m, const Hardware& hw);
 

@@ -28,9 +28,12 @@ ModelSpec model_for_plan(ModelSpec m, const Plan& p) {
 
 int effective_global_batch(const Plan& p) {
   if (p.global_batch > 0) return p.global_batch;
-  // Default: enough microbatches to fill the pipeline (pp per DP rank), the smallest batch without an oversized bubble.
-  // Saturates instead of overflowing int on absurd input; check_plan then rejects the batch.
-  const int64_t gb = int64_t(p.micro_batch) * data_parallel(p) * p.parallel.pp;
+  // Default, the same for estimate and search: one sequence per GPU, rounded up to whole microbatches per DP rank,
+  // so every layout of a search trains on the same tokens per step. Saturates instead of overflowing int on absurd
+  // input; check_plan then rejects the batch.
+  const int64_t per_step = int64_t(p.micro_batch) * data_parallel(p);
+  if (per_step <= 0) return std::max(p.gpus, 0);
+  const int64_t gb = (int64_t(p.gpus) + per_step - 1) / per_step * per_step;
   return static_cast<int>(std::clamp<int64_t>(gb, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
 }
 

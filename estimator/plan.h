@@ -51,7 +51,7 @@ struct Plan {
   int gpus_per_node = 0;                // 0 = the hardware profile's node size
   int64_t seq_len = 0;                  // tokens per sequence
   int micro_batch = 1;                  // sequences per microbatch
-  int global_batch = 0;                 // sequences per step; 0 = one microbatch per DP rank per pipeline slot (see README)
+  int global_batch = 0;                 // sequences per step; 0 = one sequence per GPU, rounded up to whole microbatches
   Precision precision = Precision::BF16;
   Parallel parallel;
   PipelineLayout pipeline;              // uneven pipeline stages (empty = Megatron's automatic split)
@@ -72,7 +72,7 @@ ModelSpec model_for_plan(ModelSpec m, const Plan& p);
 // Derived sizes every consumer needs; computed once from a valid plan.
 int data_parallel(const Plan& p);           // gpus / (tp*pp*cp)
 int num_microbatches(const Plan& p);        // global_batch / (micro_batch * dp)
-int effective_global_batch(const Plan& p);  // global_batch, or the default when 0
+int effective_global_batch(const Plan& p);  // global_batch, or the default when 0: one sequence per GPU, rounded up to whole microbatches
 
 const char* to_string(Precision v);
 const char* to_string(OptimizerSharding v);

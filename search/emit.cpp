@@ -57,7 +57,19 @@ std::string within_band_note(const std::vector<Candidate>& top) {
 
 }  // namespace
 
-std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, bool explain_rejects, int pareto_rows) {
+std::vector<size_t> pareto_rows_shown(size_t n, size_t rows, size_t chosen) {
+  std::vector<size_t> out;
+  if (n == 0) return out;
+  const size_t k = std::min(n, std::max<size_t>(rows, 2));
+  for (size_t i = 0; i < k; ++i) out.push_back(k == 1 ? 0 : (i * (n - 1) + (k - 1) / 2) / (k - 1));
+  if (chosen < n) out.push_back(chosen);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, bool explain_rejects, int pareto_rows,
+                         Objective objective) {
   std::ostringstream o;
   char buf[400];
   std::snprintf(buf, sizeof buf,
@@ -75,14 +87,34 @@ std::string search_table(const SearchResult& r, const ReducedRecipe& recipe, boo
     }
   }
   if (!r.top.empty()) {
-    o << "\nbest plans (tokens/s per GPU; TFLOP/s = model FLOPs per GPU; peak = per-GPU peak over stages):\n" << kHeader;
+    o << (objective == Objective::Memory
+              ? "\nbest plans by peak memory, lowest first (above the throughput floor; TFLOP/s = model FLOPs per GPU):\n"
+              : "\nbest plans by tokens/s per GPU (TFLOP/s = model FLOPs per GPU; peak = per-GPU peak over stages):\n")
+      << kHeader;
     for (size_t i = 0; i < r.top.size(); ++i) o << row(r.top[i], int(i) + 1);
     o << within_band_note(r.top);
   }
   if (!r.pareto.empty() && pareto_rows > 0) {
-    o << "\nPareto front (peak memory vs throughput):\n" << kHeader;
-    const size_t step = r.pareto.size() > size_t(pareto_rows) ? r.pareto.size() / pareto_rows : 1;
-    for (size_t i = 0; i < r.pareto.size(); i += step) o << row(r.pareto[i], int(i) + 1);
+    size_t chosen = std::string::npos;  // the chosen plan (the best plan) where it lies on the front
+    for (size_t i = 0; i < r.pareto.size() && !r.top.empty(); ++i)
+      if (plan_to_json(r.pareto[i].plan) == plan_to_json(r.top.front().plan)) chosen = i;
+    const std::vector<size_t> shown = pareto_rows_shown(r.pareto.size(), size_t(pareto_rows), chosen);
+    std::snprintf(buf, sizeof buf,
+                  "\nPareto front (peak memory vs throughput, ascending memory; # = position on the front of %zu; * = the "
+                  "chosen plan):\n",
+                  r.pareto.size());
+    o << buf << kHeader;
+    for (size_t i : shown) {
+      std::string line = row(r.pareto[i], int(i) + 1);
+      if (i == chosen) line[0] = '*';
+      o << line;
+    }
+    if (shown.size() < r.pareto.size()) {
+      std::snprintf(buf, sizeof buf, "  (%zu of %zu front plans shown: both ends and evenly spaced points between; "
+                                     "--json lists every one)\n",
+                    shown.size(), r.pareto.size());
+      o << buf;
+    }
   }
   o << "\nreduced recipe (article section 2.5 rules):\n";
   if (!recipe.found) {

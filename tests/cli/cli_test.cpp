@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -510,6 +511,49 @@ TEST(GoodInvocation, DiffShowsWhatDiffersBetweenTwoPlans) {
   const Outcome same = run_lcplan({"diff", a.string(), a.string()});
   ASSERT_EQ(same.status, 0) << same.err;
   EXPECT_NE(same.out.find("identical"), std::string::npos) << same.out;
+}
+
+// One default global batch (issue 28 item 7): the search's top plan, estimated with the same flags and no
+// --global-batch, prints the same throughput, and both outputs open with the same header of what they assumed.
+TEST(GoodInvocation, EstimateAndSearchAssumeTheSameBatchAndSayWhichInTheirHeader) {
+  const Outcome s = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k", "--json"});
+  ASSERT_EQ(s.status, 0) << s.err;
+  const nlohmann::json top = nlohmann::json::parse(s.out).at("top").at(0);
+  const nlohmann::json& p = top.at("plan");
+  std::vector<std::string> est = {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k", "--json"};
+  for (const char* k : {"tp", "pp", "vpp", "cp", "ep", "etp"})
+    est.insert(est.end(), {std::string("--") + k, std::to_string(p.at("parallel").at(k).get<int>())});
+  est.insert(est.end(), {"--ep-chunks", std::to_string(p.at("moe").at("ep_chunks").get<int>()), "--recompute",
+                         p.at("recompute").get<std::string>(), "--optimizer-sharding", p.at("optimizer_sharding").get<std::string>(),
+                         p.at("linear_ce").get<bool>() ? "--linear-ce" : "--no-linear-ce"});
+  if (p.at("offload").at("optimizer").get<bool>()) est.push_back("--offload-optimizer");
+  const Outcome e = run_lcplan(est);
+  ASSERT_EQ(e.status, 0) << e.err;
+  const nlohmann::json rec = nlohmann::json::parse(e.out);
+  EXPECT_EQ(rec.at("plan").at("global_batch"), p.at("global_batch"));
+  EXPECT_NEAR(rec.at("time").at("tflops_per_gpu").get<double>(), top.at("time").at("tflops_per_gpu").get<double>(), 1e-9);
+  const std::string header = "qwen3.5-35b-a3b on 32 x h100-sxm-80gb, seq 131072, global batch 32 (the default: one sequence per GPU)";
+  est.pop_back();  // the table, not --json (the last flag may be --offload-optimizer)
+  est.erase(std::find(est.begin(), est.end(), "--json"));
+  const Outcome et = run_lcplan(est);
+  const Outcome st = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k"});
+  EXPECT_EQ(et.out.rfind(header, 0), 0u) << et.out.substr(0, 300);
+  EXPECT_EQ(st.out.rfind(header, 0), 0u) << st.out.substr(0, 300);
+}
+
+// The Pareto table (issue 28 item 6): the chosen plan marked, both ends shown, how many left out said.
+TEST(GoodInvocation, ParetoTableShowsBothEndsAndTheChosenPlan) {
+  const Outcome r = run_lcplan({"search", "--model", "deepseek-v3", "--gpus", "1024", "--seq", "4k", "--tp", "1,2", "--ep", "64"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const size_t at = r.out.find("Pareto front");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string front = r.out.substr(at, r.out.find("reduced recipe", at) - at);
+  EXPECT_NE(front.find("\n*"), std::string::npos) << "the chosen plan is not marked:\n" << front;
+  EXPECT_NE(front.find("\n   1 "), std::string::npos) << "the low-memory end is missing:\n" << front;
+  EXPECT_NE(front.find("front plans shown: both ends"), std::string::npos) << front;
+  const Outcome m = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k", "--objective", "memory"});
+  ASSERT_EQ(m.status, 0) << m.err;
+  EXPECT_NE(m.out.find("best plans by peak memory, lowest first"), std::string::npos) << m.out.substr(0, 600);
 }
 
 TEST(GoodInvocation, HardwareHelpListsEveryShippedProfile) {

@@ -1,12 +1,14 @@
 // The search engine and the reduced recipe on the reference cases of issue 4.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "estimator/plan_rules.h"
 #include "common/data_dir.h"
 #include "models/zoo.h"
 #include "search/reduce.h"
+#include "search/emit.h"
 #include "search/search.h"
 
 using namespace lcplan;
@@ -43,6 +45,17 @@ std::string describe(const Plan& p) {
                 p.recompute_layers ? ("/" + std::to_string(p.recompute_layers)).c_str() : "", p.linear_ce,
                 p.moe.ep_chunks, p.offload.optimizer);
   return buf;
+}
+
+// The Pareto rows a table shows: both ends, evenly spaced points between and the chosen plan, each once.
+TEST(Search, ParetoRowsShownKeepBothEndsAndTheChosenPlan) {
+  EXPECT_EQ(pareto_rows_shown(16, 8, std::string::npos), (std::vector<size_t>{0, 2, 4, 6, 9, 11, 13, 15}));
+  EXPECT_EQ(pareto_rows_shown(16, 8, 15).back(), 15u);
+  const std::vector<size_t> with_chosen = pareto_rows_shown(16, 8, 5);
+  EXPECT_EQ(with_chosen.size(), 9u);
+  EXPECT_TRUE(std::is_sorted(with_chosen.begin(), with_chosen.end()));
+  EXPECT_EQ(pareto_rows_shown(3, 8, 1), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_TRUE(pareto_rows_shown(0, 8, 0).empty());
 }
 
 }  // namespace
