@@ -69,9 +69,12 @@ void register_report(CLI::App& app, int& exit_code) {
       if (const auto given = given_search_flags(a->search); !given.empty())
         throw UserError(given.front() + " applies only with --search (add --search or drop " + given.front() + ")");
       require_single_values(a->plan);
-      Plan plan = plan_from_flags(a->plan, /*allow_lists=*/false);
-      Inputs inputs = load_inputs(plan, a->plan.calibration);
+      // The same starting point as estimate: --plan, or a Megatron-LM launch (--megatron-args / -file) with its model.
+      StartingPoint start = starting_point(a->plan, /*allow_lists=*/false);
+      Plan& plan = start.plan;
+      Inputs inputs = load_inputs(plan, a->plan.calibration, start.model);
       require_valid_plan(inputs.model, plan);
+      print_warnings(start);
       in.estimate = estimate_to_json(estimate(inputs.model, plan, inputs.hardware, inputs.calibration), plan);
       in.model = std::move(inputs.model);
       in.hardware = std::move(inputs.hardware);

@@ -249,7 +249,7 @@ py::dict search_py(const py::kwargs& kw) {
   const Hardware& hw = in.hardware;
   const Calibration& cal = in.calibration;
   if (plan.gpus_per_node == 0) plan.gpus_per_node = hw.gpus_per_node;
-  if (plan.global_batch == 0) plan.global_batch = plan.gpus;  // `lcplan search`'s default: one sequence per GPU
+  if (plan.global_batch == 0) plan.global_batch = effective_global_batch(plan);  // the one default (estimator/plan.h)
 
   SearchOptions opt;
   const double hbm_gib = hw.hbm_bytes / double(1 << 30);

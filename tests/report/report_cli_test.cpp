@@ -126,6 +126,20 @@ TEST(ReportCli, EstimatePageShowsTheEstimatesOwnNumbers) {
   EXPECT_NE(from_plan.find(fmt("%.1f TFLOP/s", tf)), std::string::npos);
 }
 
+// report reads a Megatron-LM launch as estimate does (issue 28 item 3): the page draws the launch's plan.
+TEST(ReportCli, AMegatronLaunchIsDrawnAsEstimateReadsIt) {
+  const std::vector<std::string> launch = {
+      "--model", "qwen3-30b-a3b", "--megatron-args",
+      "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --seq-length 4096 --micro-batch-size 1 "
+      "--global-batch-size 64 --expert-model-parallel-size 8 --use-distributed-optimizer --bf16"};
+  const Outcome e = lcplan(with(with({"estimate", "--json"}, launch), {}));
+  ASSERT_EQ(e.status, 0) << e.err;
+  const json rec = json::parse(e.out);
+  const std::string html = report(launch, "megatron.html");
+  EXPECT_NE(html.find(fmt("%.1f TFLOP/s", rec["time"]["tflops_per_gpu"].get<double>())), std::string::npos);
+  EXPECT_NE(html.find("qwen3-30b-a3b"), std::string::npos);
+}
+
 TEST(ReportCli, SearchPageHasTheParetoFrontOfTheSearch) {
   const Outcome s = lcplan(with({"search", "--json"}, kSearch));
   ASSERT_EQ(s.status, 0) << s.err;
