@@ -51,6 +51,7 @@ void register_search(CLI::App& app, int& exit_code) {
   cmd->callback([a, &exit_code]() {
     if (!a->emit.empty() && a->emit != "megatron")
       throw UserError("--emit \"" + a->emit + "\" is not valid (valid: megatron)");
+    if (!a->out.empty()) require_loadable_model(a->plan, "--out " + a->out);
     const SearchRun run = run_search(a->plan, a->search);
     const SearchResult& r = run.result;
     const ReducedRecipe& recipe = run.recipe;

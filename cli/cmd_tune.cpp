@@ -96,6 +96,7 @@ struct TuneSettings {
 };
 
 TuneSettings parse_settings(TuneArgs& a) {
+  require_loadable_model(a.plan, "lcplan tune (it refits from the runs' plans)");
   TuneSettings t;
   t.loop.plans_per_round = parse_int_in(a.per_round, "--plans-per-round", 1, 100);
   t.loop.max_runs = parse_int_in(a.max_runs, "--max-runs", 1, 10000);

@@ -56,4 +56,11 @@ void print_warnings(const StartingPoint& s) {
   for (const auto& w : s.warnings) std::fprintf(stderr, "lcplan: warning: %s\n", w.c_str());
 }
 
+void require_loadable_model(const PlanFlags& f, const std::string& why) {
+  const bool launch = !f.megatron_args.empty() || !f.megatron_args_file.empty();
+  if (launch && f.model.empty())
+    throw UserError(why + " needs a model lcplan can load again, and the Megatron-LM launch describes its model only by "
+                          "shape flags (give --model: a zoo name or the model's config.json)");
+}
+
 }  // namespace lcplan::cli

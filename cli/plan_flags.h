@@ -63,6 +63,11 @@ struct StartingPoint {
   bool global_batch_given = true;     // false: the launch left --global-batch-size at Megatron's default
 };
 StartingPoint starting_point(const PlanFlags& f, bool allow_lists);
+// A command that saves the plan or loads its model again (search --out, tune) needs a model lcplan can load by
+// name: a Megatron-LM launch read without --model describes it only by shape flags. Throws one UserError sentence
+// naming `why` then, before any work.
+void require_loadable_model(const PlanFlags& f, const std::string& why);
+
 // Prints the warnings, one "lcplan: warning: ..." line each, on stderr.
 void print_warnings(const StartingPoint& s);
 

@@ -207,6 +207,16 @@ std::vector<Bad> bad_invocations() {
        {"num_hidden_layers", "positive", "got 0"}},
       {"plan file with seq_len 0", {"estimate", "--plan", path("seq0.json")}, {"seq0.json", "seq_len", "131072"}},
       {"search --out-plan past the top", srch({"--out", path("never.json"), "--out-plan", "99"}), {"--out-plan 99", "reduced"}},
+      {"search --out of a launch without --model",
+       {"search", "--megatron-args",
+        "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
+        "--vocab-size 32000 --seq-length 4096 --bf16", "--out", path("never.json")},
+       {"--out", "--model", "shape flags"}},
+      {"tune of a launch without --model",
+       {"tune", "--megatron-args",
+        "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
+        "--vocab-size 32000 --seq-length 4096 --bf16", "--launcher", "x {plan}", "--run-dir", path("never-runs")},
+       {"tune", "--model"}},
       {"search over too many GPUs", srch({"--gpus", "10000000"}), {"gpus = 10000000", "valid: 1 to 1048576"}},
       {"megatron args with an unclosed quote", est({"--megatron-args", "--seq-length 4096 --tensor-model-parallel-size 'abc"}),
        {"--megatron-args", "quote"}},
@@ -351,6 +361,8 @@ TEST_P(BadInvocation, FailsWithOneSentenceAndNoResult) {
   for (const auto& word : b.mentions) EXPECT_NE(r.err.find(word), std::string::npos) << cmd << ": stderr does not mention \"" << word << "\": " << r.err;
   EXPECT_FALSE(fs::exists(scratch() / "missing_dir")) << cmd << ": created the missing directory";
   EXPECT_FALSE(fs::exists(scratch() / "r.html")) << cmd << ": wrote a report";
+  EXPECT_FALSE(fs::exists(scratch() / "never.json")) << cmd << ": wrote a recipe";
+  EXPECT_FALSE(fs::exists(scratch() / "never-runs")) << cmd << ": made a tune's run folder";
   // No leftover temporary file next to an output that failed.
   for (const auto& e : fs::directory_iterator(scratch()))
     EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << cmd << ": left " << e.path();
