@@ -1,43 +1,61 @@
 #include "search/search.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
+#include "parallel/chunk_schedule.h"
 #include "parallel/pipeline_split.h"
 
 namespace lcplan {
 
 namespace {
 
-double tokens_per_s(const Candidate& c) { return c.estimate.time.tokens_per_second_per_gpu; }
-double peak(const Candidate& c) { return c.estimate.memory.peak_bytes; }
+// What the ranking reads of a plan: tokens/s per GPU and peak memory.
+struct Score {
+  double tokens_per_s = 0, peak = 0;
+};
+Score score(const Candidate& c) { return {c.estimate.time.tokens_per_second_per_gpu, c.estimate.memory.peak_bytes}; }
 
 // Better-first ordering for the objective; ties broken by the other metric so results are deterministic.
-bool better(const Candidate& a, const Candidate& b, Objective obj) {
+bool better(Score a, Score b, Objective obj) {
   if (obj == Objective::Throughput) {
-    if (tokens_per_s(a) != tokens_per_s(b)) return tokens_per_s(a) > tokens_per_s(b);
-    return peak(a) < peak(b);
+    if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    return a.peak < b.peak;
   }
-  if (peak(a) != peak(b)) return peak(a) < peak(b);
-  return tokens_per_s(a) > tokens_per_s(b);
+  if (a.peak != b.peak) return a.peak < b.peak;
+  return a.tokens_per_s > b.tokens_per_s;
+}
+
+// A plan scoring `s` would join the k best (offer_top keeps it).
+bool joins_top(const std::vector<Candidate>& top, Score s, const SearchOptions& opt) {
+  return int(top.size()) < opt.top_k || better(s, score(top.back()), opt.objective);
 }
 
 // Keeps the k best candidates (sorted) without storing every feasible plan.
 void offer_top(std::vector<Candidate>& top, const Candidate& c, const SearchOptions& opt) {
-  if (int(top.size()) == opt.top_k && !better(c, top.back(), opt.objective)) return;
-  auto pos = std::upper_bound(top.begin(), top.end(), c,
-                              [&](const Candidate& a, const Candidate& b) { return better(a, b, opt.objective); });
+  if (!joins_top(top, score(c), opt)) return;
+  auto pos = std::upper_bound(top.begin(), top.end(), c, [&](const Candidate& a, const Candidate& b) {
+    return better(score(a), score(b), opt.objective);
+  });
   top.insert(pos, c);
   if (int(top.size()) > opt.top_k) top.pop_back();
 }
 
-// Pareto front: no other plan has both lower peak and higher throughput.
-void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
+// A plan scoring `s` would join the Pareto front: no plan on it has both lower peak and higher throughput.
+bool joins_pareto(const std::vector<Candidate>& front, Score s) {
   for (const auto& f : front)
-    if (peak(f) <= peak(c) && tokens_per_s(f) >= tokens_per_s(c)) return;
+    if (score(f).peak <= s.peak && score(f).tokens_per_s >= s.tokens_per_s) return false;
+  return true;
+}
+
+void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
+  const Score s = score(c);
+  if (!joins_pareto(front, s)) return;
   front.erase(std::remove_if(front.begin(), front.end(),
-                             [&](const Candidate& f) { return peak(c) <= peak(f) && tokens_per_s(c) >= tokens_per_s(f); }),
+                             [&](const Candidate& f) { return s.peak <= score(f).peak && s.tokens_per_s >= score(f).tokens_per_s; }),
               front.end());
   front.push_back(c);
 }
@@ -52,20 +70,33 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
   const size_t total = space.size();
   const int layers = static_cast<int>(m.layers.size());
   Plan p = base;
-  // Within a layout the derived record depends only on ep_chunks and the recompute choice (sharding, loss and
-  // offload are read from the plan by the models), so each is derived once per layout and reused; its plan pointer
-  // is `p`, whose other fields the walk sets before every estimate.
-  struct Derived {
-    int chunks, layers;
-    Recompute recompute;
+  // Within a layout, the rules read only ep_chunks and the recompute choice of the options (not sharding, the loss
+  // or offload), and so does the derived record; its time costs per stage read ep_chunks too. So each recompute
+  // choice of a layout keeps its verdict and stage costs per ep_chunks value and one derived record (finished by
+  // derive_options, which redoes only what the option changed) whose plan pointer is `p`.
+  struct Choice {
+    Recompute recompute = Recompute::None;
+    int layers = 0;
+    int checked_chunks = 0, costed_chunks = 0;  // the ep_chunks `verdict` and `costs` are for (0: none yet)
+    std::optional<RuleViolation> verdict;
+    bool derived = false;
     DerivedPlan d;
+    StageCosts costs;
+    size_t peaked = 0;  // where in d.peak_stages the last plan peaked (looked at first)
   };
-  std::vector<Derived> derived;
-  auto derived_for = [&]() -> const DerivedPlan& {
-    for (const Derived& e : derived)
-      if (e.chunks == p.moe.ep_chunks && e.recompute == p.recompute && e.layers == p.recompute_layers) return e.d;
-    derived.push_back({p.moe.ep_chunks, p.recompute_layers, p.recompute, derive_plan(m, p, hw)});
-    return derived.back().d;
+  std::vector<Choice> choices;
+  DerivedPlan layout_record;  // the layout's part of the derived records (derive_layout), made on first use
+  bool layout_derived = false;
+  // The layout's MoE layer per ep_chunks value, which every recompute choice shares.
+  std::array<MoeLayerTime, moe::kMaxChunks + 1> moe_time;
+  std::array<char, moe::kMaxChunks + 1> moe_timed{};
+  auto choice_for = [&]() -> Choice& {
+    for (Choice& c : choices)
+      if (c.recompute == p.recompute && c.layers == p.recompute_layers) return c;
+    Choice& c = choices.emplace_back();
+    c.recompute = p.recompute;
+    c.layers = p.recompute_layers;
+    return c;
   };
   auto report = [&]() {
     SearchProgress s{std::min(r.candidates, total), total, r.feasible, !r.top.empty(), 0, 0};
@@ -78,8 +109,13 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
   auto visit = [&]() {
     ++r.candidates;
     if (progress && (r.candidates & 1023) == 0) report();
-    if (auto v = check_plan(m, p)) {
-      ++r.rejects[static_cast<int>(v->rule)];
+    Choice& choice = choice_for();
+    if (choice.checked_chunks != p.moe.ep_chunks) {
+      choice.verdict = check_plan(m, p);
+      choice.checked_chunks = p.moe.ep_chunks;
+    }
+    if (choice.verdict) {
+      ++r.rejects[static_cast<int>(choice.verdict->rule)];
       return;
     }
     if (opt.admit && !opt.admit(p)) {
@@ -87,20 +123,48 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       return;
     }
     ++r.evaluated;
-    const DerivedPlan& d = derived_for();
-    MemoryEstimate mem = estimate_memory(d, cal);
-    if (!r.any_valid || mem.peak_bytes < r.smallest_peak.estimate.memory.peak_bytes) {
+    if (!choice.derived) {
+      if (!layout_derived) layout_record = derive_layout(m, p, hw), layout_derived = true;
+      choice.d = layout_record;
+      choice.derived = true;
+    }
+    DerivedPlan& d = choice.d;
+    derive_options(d);
+    // The peak over the stages that can peak (the one that peaked last first) decides the plan. A plan that neither
+    // fits nor is the smallest so far is rejected as soon as one stage shows it; the full memory estimate is made
+    // only for a plan that is kept (the smallest, or one that joins the best or the front).
+    double peak = -1;
+    const size_t stages = d.peak_stages.size(), first = choice.peaked;
+    for (size_t i = 0; i < stages; ++i) {
+      const size_t at = (first + i) % stages;
+      const double stage_peak = stage_memory(d, cal, d.peak_stages[at]).peak_bytes;
+      if (stage_peak > peak) peak = stage_peak, choice.peaked = at;
+      if (peak_upper_bound(peak, cal) > budget && r.any_valid && peak >= r.smallest_peak.estimate.memory.peak_bytes) {
+        ++r.rejects[kMemoryReject];
+        return;
+      }
+    }
+    if (!r.any_valid || peak < r.smallest_peak.estimate.memory.peak_bytes) {
       r.any_valid = true;
       r.smallest_peak.plan = p;
-      r.smallest_peak.estimate.memory = mem;
+      r.smallest_peak.estimate.memory = estimate_memory(d, cal);
     }
-    if (peak_upper_bound(mem.peak_bytes, cal) > budget) {  // fits only when the upper end of its band fits
+    if (peak_upper_bound(peak, cal) > budget) {  // fits only when the upper end of its band fits
       ++r.rejects[kMemoryReject];
       return;
     }
-    Candidate c{p, estimate(d, hw, cal, std::move(mem))};
-    if (opt.objective == Objective::Memory && tokens_per_s(c) < opt.throughput_floor) return;
+    if (choice.costed_chunks != p.moe.ep_chunks) {
+      if (moe_timed[p.moe.ep_chunks] == 0) moe_time[p.moe.ep_chunks] = moe_layer_time(d, hw, cal), moe_timed[p.moe.ep_chunks] = 1;
+      choice.costs = stage_costs(d, hw, cal, moe_time[p.moe.ep_chunks]);
+      choice.costed_chunks = p.moe.ep_chunks;
+    }
+    TimeEstimate time = estimate_time(d, hw, cal, choice.costs);
+    const Score s{time.tokens_per_second_per_gpu, peak};
+    if (opt.objective == Objective::Memory && s.tokens_per_s < opt.throughput_floor) return;
     ++r.feasible;
+    if (!joins_top(r.top, s, opt) && !joins_pareto(r.pareto, s)) return;
+    const Candidate c{p, estimate(d, hw, cal, estimate_memory(d, cal), std::move(time))};
+    assert(c.estimate.memory.peak_bytes == peak);  // the peak stages' peak is the peak over all stages
     offer_top(r.top, c, opt);
     offer_pareto(r.pareto, c);
   };
@@ -117,7 +181,9 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
       continue;
     }
     const int chunk_layers = split_layers(layers, p.parallel.pp, p.parallel.vpp, p.pipeline).split.max_chunk_layers();
-    derived.clear();
+    choices.clear();
+    layout_derived = false;
+    moe_timed.fill(0);
     for (OptionWalk option(space); !option.done(); option.next()) {
       if (!option.apply(p, chunk_layers)) {
         ++r.candidates;
@@ -127,7 +193,8 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
     }
     if (progress) report();
   }
-  std::sort(r.pareto.begin(), r.pareto.end(), [](const Candidate& a, const Candidate& b) { return peak(a) < peak(b); });
+  std::sort(r.pareto.begin(), r.pareto.end(),
+            [](const Candidate& a, const Candidate& b) { return score(a).peak < score(b).peak; });
   if (progress) report();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
