@@ -540,40 +540,74 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   return estimate_time(d, hw, cal, stage_costs(d, hw, cal));
 }
 
-TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const StageCosts& costs) {
-  const Plan& p = *d.plan;
-  const Parallel& q = p.parallel;
-  const KernelRates rate(p, hw, cal);
+namespace {
 
+// The pipeline's part of one step: the clock stage's microbatches, the PP transfers, the bubble and the step's fixed
+// host time, before what each stage does after its passes (after_pipeline).
+struct Pipeline {
+  LayerCost last;  // the last stage with its MTP modules and loss
+  int clock = 0;   // the slowest stage, the pipeline's clock
+  TimeBreakdown br;
+};
+
+Pipeline pipeline(const DerivedPlan& d, const Calibration& cal, const StageCosts& costs, bool linear_ce) {
+  const Parallel& q = d.plan->parallel;
+  Pipeline pl;
   // The last stage adds each MTP module with its own LM head and loss, then the loss.
-  const LayerCost& loss = costs.loss[p.linear_ce ? 1 : 0];
-  LayerCost last = costs.stages.back();
+  const LayerCost& loss = costs.loss[linear_ce ? 1 : 0];
+  pl.last = costs.stages.back();
   for (LayerCost c : costs.mtp) {
     c.add(loss);
-    last.add(c);
+    pl.last.add(c);
   }
-  last.add(loss);
-  auto stage = [&](int r) -> const LayerCost& { return r + 1 == q.pp ? last : costs.stages[r]; };
-  int clock = 0;  // the slowest stage is the pipeline's clock (a stage like an earlier one is not slower)
-  for (int r = 1; r < q.pp; ++r)
-    if (d.stages[r].same_as == r && stage(r).total() > stage(clock).total()) clock = r;
-  const LayerCost& c = stage(clock);
-
-  const double pp_per_microbatch = costs.pp_per_microbatch;
+  pl.last.add(loss);
+  auto stage = [&](int r) -> const LayerCost& { return r + 1 == q.pp ? pl.last : costs.stages[r]; };
+  for (int r = 1; r < q.pp; ++r)  // a stage like an earlier one is not slower
+    if (d.stages[r].same_as == r && stage(r).total() > stage(pl.clock).total()) pl.clock = r;
+  const LayerCost& c = stage(pl.clock);
   const double mb = d.microbatches;
-  const double t_microbatch = c.total() + pp_per_microbatch;
-
-  TimeEstimate out;
-  TimeBreakdown& br = out.breakdown;
+  TimeBreakdown& br = pl.br;
   br.compute = mb * c.compute;
   br.recompute = mb * c.recompute;
   br.launch_overhead = mb * c.launch;
   br.exposed_comm.tp = mb * c.tp;
   br.exposed_comm.cp = mb * c.cp;
   br.exposed_comm.ep = mb * c.ep;
-  br.exposed_comm.pp = mb * pp_per_microbatch;
+  br.exposed_comm.pp = mb * costs.pp_per_microbatch;
   // Bubble (p-1)/(m*v) of the m microbatches' time (Narayanan et al. 2021, arXiv 2104.04473, section 2.2).
-  br.bubble = double(q.pp - 1) / q.vpp * t_microbatch;
+  br.bubble = double(q.pp - 1) / q.vpp * (c.total() + costs.pp_per_microbatch);
+  br.step_overhead = cal.step_overhead_seconds;
+  return pl;
+}
+
+double step_seconds(const TimeBreakdown& br) {
+  return br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
+         br.offload + br.step_overhead;
+}
+
+double tokens_per_second_per_gpu(const DerivedPlan& d, double step_seconds) {
+  return double(d.global_batch) * d.plan->seq_len / step_seconds / d.plan->gpus;
+}
+
+}  // namespace
+
+double tokens_per_second_ceiling(const DerivedPlan& d, const Calibration& cal, const StageCosts& costs, bool linear_ce) {
+  // What follows the pipeline's part is never negative but for rounding, far inside the margin.
+  return tokens_per_second_per_gpu(d, step_seconds(pipeline(d, cal, costs, linear_ce).br) * (1 - 1e-9));
+}
+
+TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const StageCosts& costs) {
+  const Plan& p = *d.plan;
+  const Parallel& q = p.parallel;
+  const KernelRates rate(p, hw, cal);
+  const Pipeline pl = pipeline(d, cal, costs, p.linear_ce);
+  const LayerCost& last = pl.last;
+  const LayerCost& c = pl.clock + 1 == q.pp ? pl.last : costs.stages[pl.clock];
+  const double pp_per_microbatch = costs.pp_per_microbatch;
+  const double mb = d.microbatches;
+  TimeEstimate out;
+  TimeBreakdown& br = out.breakdown;
+  br = pl.br;
 
   const After after = after_pipeline(d, rate, costs, last, c);
   PhaseSeconds& ph = out.phases;
@@ -593,9 +627,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   br.optimizer = after.optimizer;
   br.offload = after.offload;
 
-  br.step_overhead = cal.step_overhead_seconds;
-  out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
-                     br.offload + br.step_overhead;
+  out.step_seconds = step_seconds(br);
 
   // The rest by phase: the microbatches' layer and loss time, the PP send forward / receive backward, the bubble in
   // proportion to the microbatch time it idles for ((p-1)/v of each pass), the offload copies half down after the
@@ -612,7 +644,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   const double peak = gemm_peak_flops(hw, p.precision);
   out.tflops_per_gpu = out.model_flops_per_step / out.step_seconds / p.gpus / 1e12;
   out.mfu = out.tflops_per_gpu * 1e12 / peak;
-  out.tokens_per_second_per_gpu = double(d.global_batch) * p.seq_len / out.step_seconds / p.gpus;
+  out.tokens_per_second_per_gpu = tokens_per_second_per_gpu(d, out.step_seconds);
 
   // The bottleneck is the largest overhead beyond the model's own compute and the recompute the plan chose:
   // what a different layout could win back.

@@ -118,6 +118,11 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
 TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const StageCosts& costs);
 // Convenience for callers holding no derived record: derives it, then estimates.
 TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+// Never below estimate_time's tokens_per_second_per_gpu for this record with the plan's linear_ce: the pipeline's
+// part of the step alone (what follows it is not negative), which of the options reads only the loss (so records
+// that differ in optimizer sharding or offload share it). The search skips the rest of a plan that could not be
+// kept even at this rate.
+double tokens_per_second_ceiling(const DerivedPlan& d, const Calibration& cal, const StageCosts& costs, bool linear_ce);
 
 // Pieces exposed for tests and for the chunked-EP proxy.
 

@@ -60,20 +60,50 @@ void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
   front.push_back(c);
 }
 
-}  // namespace
+// One search: the walk over layouts and their options, and what it keeps per layout.
+//
+// Within a layout, the rules read only ep_chunks and the recompute choice of the options (not sharding, the loss or
+// offload), and so does the derived record; its time costs per stage read ep_chunks too. So each recompute choice of
+// a layout keeps its verdict and stage costs per ep_chunks value and one derived record (finished by
+// derive_options, which redoes only what the option changed) whose plan pointer is `p_`.
+class Search {
+ public:
+  Search(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw, const Calibration& cal,
+         const SearchOptions& opt, const Progress& progress)
+      : m_(m), space_(space), hw_(hw), cal_(cal), opt_(opt), progress_(progress), p_(base),
+        budget_(hw.hbm_bytes - opt.headroom_bytes), total_(space.size()) {}
 
-SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,
-                          const Calibration& cal, const SearchOptions& opt, const Progress& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  SearchResult r;
-  const double budget = hw.hbm_bytes - opt.headroom_bytes;
-  const size_t total = space.size();
-  const int layers = static_cast<int>(m.layers.size());
-  Plan p = base;
-  // Within a layout, the rules read only ep_chunks and the recompute choice of the options (not sharding, the loss
-  // or offload), and so does the derived record; its time costs per stage read ep_chunks too. So each recompute
-  // choice of a layout keeps its verdict and stage costs per ep_chunks value and one derived record (finished by
-  // derive_options, which redoes only what the option changed) whose plan pointer is `p`.
+  SearchResult run() {
+    const size_t options = OptionWalk(space_).count();  // plans each layout stands for
+    const int layers = static_cast<int>(m_.layers.size());
+    for (LayoutWalk layout(space_); !layout.done(); layout.next()) {
+      // Layout rules do not depend on the options: check them once with neutral options.
+      layout.apply(p_);
+      p_.moe.ep_chunks = 1;
+      p_.recompute = Recompute::None;
+      p_.recompute_layers = 0;
+      if (auto v = check_plan(m_, p_)) {
+        r_.candidates += options;
+        r_.rejects[static_cast<int>(v->rule)] += options;
+        continue;
+      }
+      const int chunk_layers = split_layers(layers, p_.parallel.pp, p_.parallel.vpp, p_.pipeline).split.max_chunk_layers();
+      choices_.clear();
+      layout_derived_ = false;
+      moe_timed_.fill(0);
+      for (OptionWalk option(space_); !option.done(); option.next()) {
+        if (option.apply(p_, chunk_layers)) visit();
+        else ++r_.candidates;
+      }
+      if (progress_) report();
+    }
+    std::sort(r_.pareto.begin(), r_.pareto.end(),
+              [](const Candidate& a, const Candidate& b) { return score(a).peak < score(b).peak; });
+    if (progress_) report();
+    return std::move(r_);
+  }
+
+ private:
   struct Choice {
     Recompute recompute = Recompute::None;
     int layers = 0;
@@ -82,120 +112,141 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
     bool derived = false;
     DerivedPlan d;
     StageCosts costs;
-    size_t peaked = 0;  // where in d.peak_stages the last plan peaked (looked at first)
+    size_t peaked = 0;                 // where in d.peak_stages the last plan peaked (looked at first)
+    std::array<double, 2> ceiling{};   // tokens_per_second_ceiling by linear_ce, for the ep_chunks beside it
+    std::array<int, 2> ceiling_chunks{};
   };
-  std::vector<Choice> choices;
-  DerivedPlan layout_record;  // the layout's part of the derived records (derive_layout), made on first use
-  bool layout_derived = false;
-  // The layout's MoE layer per ep_chunks value, which every recompute choice shares.
-  std::array<MoeLayerTime, moe::kMaxChunks + 1> moe_time;
-  std::array<char, moe::kMaxChunks + 1> moe_timed{};
-  auto choice_for = [&]() -> Choice& {
-    for (Choice& c : choices)
-      if (c.recompute == p.recompute && c.layers == p.recompute_layers) return c;
-    Choice& c = choices.emplace_back();
-    c.recompute = p.recompute;
-    c.layers = p.recompute_layers;
+
+  Choice& choice_for() {
+    for (Choice& c : choices_)
+      if (c.recompute == p_.recompute && c.layers == p_.recompute_layers) return c;
+    Choice& c = choices_.emplace_back();
+    c.recompute = p_.recompute;
+    c.layers = p_.recompute_layers;
     return c;
-  };
-  auto report = [&]() {
-    SearchProgress s{std::min(r.candidates, total), total, r.feasible, !r.top.empty(), 0, 0};
+  }
+
+  void report() const {
+    SearchProgress s{std::min(r_.candidates, total_), total_, r_.feasible, !r_.top.empty(), 0, 0};
     if (s.has_best) {
-      s.best_tokens_per_second_per_gpu = r.top.front().estimate.time.tokens_per_second_per_gpu;
-      s.best_tflops_per_gpu = r.top.front().estimate.time.tflops_per_gpu;
+      s.best_tokens_per_second_per_gpu = r_.top.front().estimate.time.tokens_per_second_per_gpu;
+      s.best_tflops_per_gpu = r_.top.front().estimate.time.tflops_per_gpu;
     }
-    progress(s);
-  };
-  auto visit = [&]() {
-    ++r.candidates;
-    if (progress && (r.candidates & 1023) == 0) report();
+    progress_(s);
+  }
+
+  void visit() {
+    ++r_.candidates;
+    if (progress_ && (r_.candidates & 1023) == 0) report();
     Choice& choice = choice_for();
-    if (choice.checked_chunks != p.moe.ep_chunks) {
-      choice.verdict = check_plan(m, p);
-      choice.checked_chunks = p.moe.ep_chunks;
+    if (choice.checked_chunks != p_.moe.ep_chunks) {
+      choice.verdict = check_plan(m_, p_);
+      choice.checked_chunks = p_.moe.ep_chunks;
     }
     if (choice.verdict) {
-      ++r.rejects[static_cast<int>(choice.verdict->rule)];
+      ++r_.rejects[static_cast<int>(choice.verdict->rule)];
       return;
     }
-    if (opt.admit && !opt.admit(p)) {
-      ++r.refused;
+    if (opt_.admit && !opt_.admit(p_)) {
+      ++r_.refused;
       return;
     }
-    ++r.evaluated;
+    ++r_.evaluated;
     if (!choice.derived) {
-      if (!layout_derived) layout_record = derive_layout(m, p, hw), layout_derived = true;
-      choice.d = layout_record;
+      if (!layout_derived_) layout_record_ = derive_layout(m_, p_, hw_), layout_derived_ = true;
+      choice.d = layout_record_;
       choice.derived = true;
     }
-    DerivedPlan& d = choice.d;
-    derive_options(d);
-    // The peak over the stages that can peak (the one that peaked last first) decides the plan. A plan that neither
-    // fits nor is the smallest so far is rejected as soon as one stage shows it; the full memory estimate is made
-    // only for a plan that is kept (the smallest, or one that joins the best or the front).
-    double peak = -1;
+    derive_options(choice.d);
+    double peak = 0;
+    if (fits(choice, peak)) rank(choice, peak);
+  }
+
+  // The peak over the stages that can peak (the one that peaked last first) decides the plan. A plan that neither
+  // fits nor is the smallest so far is rejected as soon as one stage shows it; the full memory estimate is made only
+  // for a plan that is kept (the smallest, or one that joins the best or the front).
+  bool fits(Choice& choice, double& peak) {
+    const DerivedPlan& d = choice.d;
+    const double smallest = r_.smallest_peak.estimate.memory.peak_bytes;
+    peak = -1;
     const size_t stages = d.peak_stages.size(), first = choice.peaked;
     for (size_t i = 0; i < stages; ++i) {
       const size_t at = (first + i) % stages;
-      const double stage_peak = stage_memory(d, cal, d.peak_stages[at]).peak_bytes;
+      const double stage_peak = stage_memory(d, cal_, d.peak_stages[at]).peak_bytes;
       if (stage_peak > peak) peak = stage_peak, choice.peaked = at;
-      if (peak_upper_bound(peak, cal) > budget && r.any_valid && peak >= r.smallest_peak.estimate.memory.peak_bytes) {
-        ++r.rejects[kMemoryReject];
-        return;
+      if (peak_upper_bound(peak, cal_) > budget_ && r_.any_valid && peak >= smallest) {
+        ++r_.rejects[kMemoryReject];
+        return false;
       }
     }
-    if (!r.any_valid || peak < r.smallest_peak.estimate.memory.peak_bytes) {
-      r.any_valid = true;
-      r.smallest_peak.plan = p;
-      r.smallest_peak.estimate.memory = estimate_memory(d, cal);
+    if (!r_.any_valid || peak < smallest) {
+      r_.any_valid = true;
+      r_.smallest_peak.plan = p_;
+      r_.smallest_peak.estimate.memory = estimate_memory(d, cal_);
     }
-    if (peak_upper_bound(peak, cal) > budget) {  // fits only when the upper end of its band fits
-      ++r.rejects[kMemoryReject];
+    if (peak_upper_bound(peak, cal_) > budget_) {  // fits only when the upper end of its band fits
+      ++r_.rejects[kMemoryReject];
+      return false;
+    }
+    return true;
+  }
+
+  // A plan that fits: counted, and kept when it joins the best or the front. One that could not be kept even at
+  // its ceiling rate is counted by that ceiling alone (the ranking never prefers a slower plan); only the floor of
+  // the memory objective can need its exact rate.
+  void rank(Choice& choice, double peak) {
+    const DerivedPlan& d = choice.d;
+    const int chunks = p_.moe.ep_chunks, lce = p_.linear_ce ? 1 : 0;
+    if (choice.costed_chunks != chunks) {
+      if (!moe_timed_[chunks]) moe_time_[chunks] = moe_layer_time(d, hw_, cal_), moe_timed_[chunks] = 1;
+      choice.costs = stage_costs(d, hw_, cal_, moe_time_[chunks]);
+      choice.costed_chunks = chunks;
+    }
+    if (choice.ceiling_chunks[lce] != chunks) {
+      choice.ceiling[lce] = tokens_per_second_ceiling(d, cal_, choice.costs, p_.linear_ce);
+      choice.ceiling_chunks[lce] = chunks;
+    }
+    const Score best_case{choice.ceiling[lce], peak};
+    const bool floored = opt_.objective == Objective::Memory && opt_.throughput_floor > 0;
+    if (floored && best_case.tokens_per_s < opt_.throughput_floor) return;
+    if (!floored && !joins_top(r_.top, best_case, opt_) && !joins_pareto(r_.pareto, best_case)) {
+      ++r_.feasible;
       return;
     }
-    if (choice.costed_chunks != p.moe.ep_chunks) {
-      if (moe_timed[p.moe.ep_chunks] == 0) moe_time[p.moe.ep_chunks] = moe_layer_time(d, hw, cal), moe_timed[p.moe.ep_chunks] = 1;
-      choice.costs = stage_costs(d, hw, cal, moe_time[p.moe.ep_chunks]);
-      choice.costed_chunks = p.moe.ep_chunks;
-    }
-    TimeEstimate time = estimate_time(d, hw, cal, choice.costs);
+    TimeEstimate time = estimate_time(d, hw_, cal_, choice.costs);
     const Score s{time.tokens_per_second_per_gpu, peak};
-    if (opt.objective == Objective::Memory && s.tokens_per_s < opt.throughput_floor) return;
-    ++r.feasible;
-    if (!joins_top(r.top, s, opt) && !joins_pareto(r.pareto, s)) return;
-    const Candidate c{p, estimate(d, hw, cal, estimate_memory(d, cal), std::move(time))};
+    if (opt_.objective == Objective::Memory && s.tokens_per_s < opt_.throughput_floor) return;
+    ++r_.feasible;
+    if (!joins_top(r_.top, s, opt_) && !joins_pareto(r_.pareto, s)) return;
+    const Candidate c{p_, estimate(d, hw_, cal_, estimate_memory(d, cal_), std::move(time))};
     assert(c.estimate.memory.peak_bytes == peak);  // the peak stages' peak is the peak over all stages
-    offer_top(r.top, c, opt);
-    offer_pareto(r.pareto, c);
-  };
-  const size_t options = OptionWalk(space).count();  // plans each layout stands for
-  for (LayoutWalk layout(space); !layout.done(); layout.next()) {
-    // Layout rules do not depend on the options: check them once with neutral options.
-    layout.apply(p);
-    p.moe.ep_chunks = 1;
-    p.recompute = Recompute::None;
-    p.recompute_layers = 0;
-    if (auto v = check_plan(m, p)) {
-      r.candidates += options;
-      r.rejects[static_cast<int>(v->rule)] += options;
-      continue;
-    }
-    const int chunk_layers = split_layers(layers, p.parallel.pp, p.parallel.vpp, p.pipeline).split.max_chunk_layers();
-    choices.clear();
-    layout_derived = false;
-    moe_timed.fill(0);
-    for (OptionWalk option(space); !option.done(); option.next()) {
-      if (!option.apply(p, chunk_layers)) {
-        ++r.candidates;
-        continue;
-      }
-      visit();
-    }
-    if (progress) report();
+    offer_top(r_.top, c, opt_);
+    offer_pareto(r_.pareto, c);
   }
-  std::sort(r.pareto.begin(), r.pareto.end(),
-            [](const Candidate& a, const Candidate& b) { return score(a).peak < score(b).peak; });
-  if (progress) report();
+
+  const ModelSpec& m_;
+  const PlanSpace& space_;
+  const Hardware& hw_;
+  const Calibration& cal_;
+  const SearchOptions& opt_;
+  const Progress& progress_;
+  Plan p_;
+  const double budget_;
+  const size_t total_;
+  SearchResult r_;
+  std::vector<Choice> choices_;
+  DerivedPlan layout_record_;  // the layout's part of the derived records (derive_layout), made on first use
+  bool layout_derived_ = false;
+  std::array<MoeLayerTime, moe::kMaxChunks + 1> moe_time_;  // the layout's MoE layer per ep_chunks, for every choice
+  std::array<char, moe::kMaxChunks + 1> moe_timed_{};
+};
+
+}  // namespace
+
+SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,
+                          const Calibration& cal, const SearchOptions& opt, const Progress& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r = Search(m, base, space, hw, cal, opt, progress).run();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
