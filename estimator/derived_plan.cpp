@@ -153,15 +153,22 @@ GroupFacts group_facts(const RankLayout& l, Group g, int gpus_per_node) {
   return f;
 }
 
-// The index of `l`'s kind in d.kinds, added on first sight.
-int kind_index(DerivedPlan& d, const ModelSpec& m, const Plan& p, const LayerSpec& l) {
+bool same_kind(const LayerSpec& a, const LayerSpec& b) {
+  return a.mixer == b.mixer && a.ffn == b.ffn && a.sliding == b.sliding;
+}
+
+// The index of `l`'s kind in d.kinds, added on first sight (its FLOPs and traffic from `like` when it has the kind:
+// they read only the model and the sequence length).
+int kind_index(DerivedPlan& d, const ModelSpec& m, const Plan& p, const LayerSpec& l, const DerivedPlan* like) {
   for (size_t k = 0; k < d.kinds.size(); ++k)
-    if (d.kinds[k].spec.mixer == l.mixer && d.kinds[k].spec.ffn == l.ffn && d.kinds[k].spec.sliding == l.sliding)
-      return int(k);
+    if (same_kind(d.kinds[k].spec, l)) return int(k);
   LayerKind k;
   k.spec = l;
-  k.flops = layer_forward_flops(m, l, d.seq);
-  k.traffic = layer_traffic(m, l);
+  const auto known = like ? std::find_if(like->kinds.begin(), like->kinds.end(),
+                                         [&](const LayerKind& o) { return same_kind(o.spec, l); })
+                          : d.kinds.end();
+  k.flops = like && known != like->kinds.end() ? known->flops : layer_forward_flops(m, l, d.seq);
+  k.traffic = like && known != like->kinds.end() ? known->traffic : layer_traffic(m, l);
   k.params = unit_params(layer_params(m, l), p.parallel);
   k.when_recomputed = layer_activation(m, p, l, true);  // when_kept depends on the recompute mode: derive_options
   d.kinds.push_back(k);
@@ -220,7 +227,9 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
   return d;
 }
 
-DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw) {
+DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw, const DerivedPlan* like) {
+  // `like` serves only when it derives the same model and sequence length.
+  if (like && (like->model != &m || like->seq != double(p.seq_len))) like = nullptr;
   const Parallel& q = p.parallel;
   DerivedPlan d;
   d.model = &m;
@@ -255,13 +264,15 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw)
   if (!split.ok) throw std::logic_error("derive_plan on an invalid plan: " + split.error);
   d.split = std::move(split.split);
 
-  d.model_flops_per_step = model_flops_per_step(m, p);
+  // Model FLOPs read the model, the sequence length and the global batch.
+  d.model_flops_per_step = like && like->global_batch == d.global_batch ? like->model_flops_per_step
+                                                                        : model_flops_per_step(m, p);
   d.stages.assign(q.pp, StageRecord{});
   d.layers.reserve(m.layers.size() + m.mtp_layers);
   for (int c = 0, i = 0; c < d.split.chunks(); ++c)  // virtual stage c runs on stage c % pp as chunk c / pp
     for (int pos = 0; pos < d.split.layers_in(c); ++pos, ++i) {
       LayerRecord r;
-      r.kind = kind_index(d, m, p, m.layers[i]);
+      r.kind = kind_index(d, m, p, m.layers[i], like);
       r.stage = c % q.pp;
       r.vchunk = c / q.pp;
       r.pos = pos;
@@ -289,7 +300,7 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw)
     const UnitParams module = unit_params(mtp_module_params(m), q);
     for (int i = 0; i < m.mtp_layers; ++i) {
       LayerRecord r;
-      r.kind = kind_index(d, m, p, spec);
+      r.kind = kind_index(d, m, p, spec, like);
       r.stage = q.pp - 1;
       r.vchunk = q.vpp - 1;
       r.inflight = 1;

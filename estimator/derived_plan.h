@@ -128,7 +128,8 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw);
 // derive_plan in two steps, for callers that vary only the options within a layout (the search): derive_layout
 // reads everything but ep_chunks and the recompute choice, derive_options those (again after the plan's change).
 // derive_plan(m, p, hw) is derive_layout then derive_options, and either order of use gives the same record.
-DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw);
+// `like`, a record derived before for another layout, lends what depends on neither the layout nor the options.
+DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw, const DerivedPlan* like = nullptr);
 void derive_options(DerivedPlan& d);  // reads d.plan's moe.ep_chunks, recompute and recompute_layers
 
 // Bytes per element of a GEMM input in the plan's precision (bf16 2; fp8 1; mxfp8 and nvfp4 with their block

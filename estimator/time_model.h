@@ -74,19 +74,10 @@ struct LayerCost {
   // so a faster kernel can lengthen one of them; these only shrink.
   double span_forward = 0, span_backward = 0;
   void add(const LayerCost& o) {
-    compute += o.compute;
-    recompute += o.recompute;
-    tp += o.tp;
-    cp += o.cp;
-    ep += o.ep;
-    launch += o.launch;
-    forward += o.forward;
-    backward += o.backward;
-    in_forward += o.in_forward;
-    in_loss += o.in_loss;
-    in_backward += o.in_backward;
-    span_forward += o.span_forward;
-    span_backward += o.span_backward;
+    compute += o.compute, recompute += o.recompute, tp += o.tp, cp += o.cp, ep += o.ep, launch += o.launch;
+    forward += o.forward, backward += o.backward;
+    in_forward += o.in_forward, in_loss += o.in_loss, in_backward += o.in_backward;
+    span_forward += o.span_forward, span_backward += o.span_backward;
   }
   double total() const { return compute + recompute + tp + cp + ep + launch; }
 };

@@ -153,7 +153,10 @@ class Search {
     }
     ++r_.evaluated;
     if (!choice.derived) {
-      if (!layout_derived_) layout_record_ = derive_layout(m_, p_, hw_), layout_derived_ = true;
+      if (!layout_derived_) {
+        layout_record_ = derive_layout(m_, p_, hw_, any_layout_ ? &layout_record_ : nullptr);
+        layout_derived_ = any_layout_ = true;
+      }
       choice.d = layout_record_;
       choice.derived = true;
     }
@@ -236,7 +239,7 @@ class Search {
   SearchResult r_;
   std::vector<Choice> choices_;
   DerivedPlan layout_record_;  // the layout's part of the derived records (derive_layout), made on first use
-  bool layout_derived_ = false;
+  bool layout_derived_ = false, any_layout_ = false;
   std::array<MoeLayerTime, moe::kMaxChunks + 1> moe_time_;  // the layout's MoE layer per ep_chunks, for every choice
   std::array<char, moe::kMaxChunks + 1> moe_timed_{};
 };
