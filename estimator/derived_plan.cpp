@@ -164,11 +164,11 @@ int kind_index(DerivedPlan& d, const ModelSpec& m, const Plan& p, const LayerSpe
     if (same_kind(d.kinds[k].spec, l)) return int(k);
   LayerKind k;
   k.spec = l;
-  const auto known = like ? std::find_if(like->kinds.begin(), like->kinds.end(),
-                                         [&](const LayerKind& o) { return same_kind(o.spec, l); })
-                          : d.kinds.end();
-  k.flops = like && known != like->kinds.end() ? known->flops : layer_forward_flops(m, l, d.seq);
-  k.traffic = like && known != like->kinds.end() ? known->traffic : layer_traffic(m, l);
+  const LayerKind* known = nullptr;
+  for (size_t i = 0; like && !known && i < like->kinds.size(); ++i)
+    if (same_kind(like->kinds[i].spec, l)) known = &like->kinds[i];
+  k.flops = known ? known->flops : layer_forward_flops(m, l, d.seq);
+  k.traffic = known ? known->traffic : layer_traffic(m, l);
   k.params = unit_params(layer_params(m, l), p.parallel);
   k.when_recomputed = layer_activation(m, p, l, true);  // when_kept depends on the recompute mode: derive_options
   d.kinds.push_back(k);

@@ -53,10 +53,10 @@ namespace {
 struct KernelRates {
   const Hardware& hw;
   const Calibration& cal;
-  double gemm_peak;      // peak of the plan's precision for GEMMs (low precision applies to GEMMs only)
+  double gemm_peak;          // peak of the plan's precision for GEMMs (low precision applies to GEMMs only)
   double gemm_scale = 1;     // efficiency of the plan's precision relative to bf16 (1 in bf16)
   double grouped_scale = 1;  // the same for grouped expert GEMMs
-  double quantize_bytes; // HBM bytes per GEMM input/output element to quantize it (0 in bf16)
+  double quantize_bytes;     // HBM bytes per GEMM input/output element to quantize it (0 in bf16)
 
   KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_) : hw(hw_), cal(cal_) {
     gemm_peak = gemm_peak_flops(hw, p.precision);
@@ -375,7 +375,7 @@ TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw
 
 namespace {
 
-// What each stage does after its passes, the stage with the most of it.
+// What a stage does after its passes (DP / FSDP collectives, optimizer step, offload), seconds per step.
 struct After {
   double dp_exposed = 0, hidden_fwd = 0, hidden_bwd = 0;  // hidden under compute (slowed by interference)
   double optimizer = 0, offload = 0;
