@@ -402,9 +402,7 @@ int run_profile_command(const ProfileArgs& a, const std::string& command_line) {
 
 void register_profile(CLI::App& app, int& exit_code, std::string command) {
   auto a = std::make_shared<ProfileArgs>();
-  auto* cmd = app.add_subcommand("profile",
-                                 "measure this machine's kernels and collectives and write a calibration profile (mpirun "
-                                 "-np N for collectives)");
+  auto* cmd = app.add_subcommand(cli::kProfileCommand, cli::kProfileAbout);
   cmd->add_option("--out", a->out, "write the calibration profile here")->required();
   cmd->add_option("--plan", a->plan, "recipe.json: profile exactly the shapes this plan runs");
   cmd->add_option("--backend", a->backend, "cpu or cuda (default: cuda when a device is usable, else cpu)");

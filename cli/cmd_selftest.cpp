@@ -88,7 +88,7 @@ int run_selftest(const SelftestArgs& a) {
 
 void register_selftest(CLI::App& app, int& exit_code) {
   auto a = std::make_shared<SelftestArgs>();
-  auto* cmd = app.add_subcommand("selftest", "GPU node check: every CUDA kernel test on the device, then a short profile");
+  auto* cmd = app.add_subcommand(cli::kSelftestCommand, cli::kSelftestAbout);
   cmd->add_flag("--gpu", a->gpu, "run the CUDA kernel tests and a short GPU profile (exit 77 when no device)");
   cmd->add_option("--build-dir", a->build_dir, "build tree holding the CUDA test binaries (default: the one lcplan was built in)");
   cmd->add_option("--mpiexec", a->mpiexec, "launcher of the multi-rank tests (default: the mpiexec lcplan was built with)");

@@ -17,6 +17,13 @@ void register_report(CLI::App& app, int& exit_code);
 void register_tune(CLI::App& app, int& exit_code);  // cli/cmd_tune.cpp
 void register_diff(CLI::App& app, int& exit_code);  // cli/cmd_diff.cpp (built with the executor's scale rules)
 
+// The commands lcplan-profile runs (cli/lcplan_profile.cpp); `lcplan` lists them and executes that binary.
+inline constexpr const char* kProfileCommand = "profile";
+inline constexpr const char* kProfileAbout =
+    "measure this machine's kernels and collectives and write a calibration profile (mpirun -np N for collectives)";
+inline constexpr const char* kSelftestCommand = "selftest";
+inline constexpr const char* kSelftestAbout = "GPU node check: every CUDA kernel test on the device, then a short profile";
+
 }  // namespace lcplan::cli
 
 namespace lcplan {

@@ -145,18 +145,62 @@ void add_unit(StageRecord& st, const UnitParams& u) {
   st.max_unit = std::max(st.max_unit, u.dense + u.expert);
 }
 
-void record_activations(StageRecord& st, const LayerKind& kind, const LayerRecord& r) {
-  if (!r.mtp) add_unit(st, kind.params);  // an MTP module's parameters are added as a whole unit
-  st.saved_activations += r.inflight * (r.recomputed ? kind.when_recomputed : kind.when_kept).saved;
-  st.kinds_present |= uint64_t(1) << (2 * r.kind + (r.recomputed ? 1 : 0));
-}
-
 GroupFacts group_facts(const RankLayout& l, Group g, int gpus_per_node) {
   GroupFacts f;
   f.size = group_size(l, g);
   f.nodes = group_nodes(l, g, gpus_per_node);
   f.tier = f.nodes == 1 ? LinkTier::NVLink : LinkTier::Network;
   return f;
+}
+
+bool same_kind(const LayerSpec& a, const LayerSpec& b) {
+  return a.mixer == b.mixer && a.ffn == b.ffn && a.sliding == b.sliding;
+}
+
+// The index of `l`'s kind in d.kinds, added on first sight (its FLOPs and traffic from `like` when it has the kind:
+// they read only the model and the sequence length).
+int kind_index(DerivedPlan& d, const ModelSpec& m, const Plan& p, const LayerSpec& l, const DerivedPlan* like) {
+  for (size_t k = 0; k < d.kinds.size(); ++k)
+    if (same_kind(d.kinds[k].spec, l)) return int(k);
+  LayerKind k;
+  k.spec = l;
+  const LayerKind* known = nullptr;
+  for (size_t i = 0; like && !known && i < like->kinds.size(); ++i)
+    if (same_kind(like->kinds[i].spec, l)) known = &like->kinds[i];
+  k.flops = known ? known->flops : layer_forward_flops(m, l, d.seq);
+  k.traffic = known ? known->traffic : layer_traffic(m, l);
+  k.params = unit_params(layer_params(m, l), p.parallel);
+  k.when_recomputed = layer_activation(m, p, l, true);  // when_kept depends on the recompute mode: derive_options
+  d.kinds.push_back(k);
+  return int(d.kinds.size() - 1);
+}
+
+// Stage r runs the same layer records as stage s (virtual stage by virtual stage) with the same parameters.
+bool same_stage(const DerivedPlan& d, const std::vector<int>& chunk_start, int r, int s) {
+  const StageRecord &a = d.stages[r], &b = d.stages[s];
+  if (a.layers != b.layers || a.params.dense != b.params.dense || a.params.expert != b.params.expert ||
+      a.max_unit != b.max_unit || a.has_moe != b.has_moe)
+    return false;
+  for (int cr = r, cs = s; cr < d.split.chunks(); cr += d.split.pp, cs += d.split.pp) {
+    if (d.split.layers[cr] != d.split.layers[cs]) return false;
+    for (int i = 0; i < d.split.layers[cr]; ++i)
+      if (d.layers[chunk_start[cr] + i].kind != d.layers[chunk_start[cs] + i].kind) return false;
+  }
+  return true;
+}
+
+void mark_same_stages(DerivedPlan& d) {
+  std::vector<int> chunk_start(d.split.chunks() + 1, 0);
+  for (int c = 0; c < d.split.chunks(); ++c) chunk_start[c + 1] = chunk_start[c] + d.split.layers[c];
+  const int pp = int(d.stages.size());
+  for (int r = 0; r < pp; ++r) {
+    d.stages[r].same_as = r;
+    for (int s = 0; s < r && r + 1 < pp; ++s)
+      if (d.stages[s].same_as == s && same_stage(d, chunk_start, r, s)) {
+        d.stages[r].same_as = s;
+        break;
+      }
+  }
 }
 
 }  // namespace
@@ -178,6 +222,14 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
 }
 
 DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
+  DerivedPlan d = derive_layout(m, p, hw);
+  derive_options(d);
+  return d;
+}
+
+DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw, const DerivedPlan* like) {
+  // `like` serves only when it derives the same model and sequence length.
+  if (like && (like->model != &m || like->seq != double(p.seq_len))) like = nullptr;
   const Parallel& q = p.parallel;
   DerivedPlan d;
   d.model = &m;
@@ -192,7 +244,6 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
   d.sequence_share = double(p.micro_batch) / q.cp;
   d.sequence_parallel = p.sequence_parallel && q.tp > 1;
   d.has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
-  d.moe_chunks = d.has_moe ? std::max(1, p.moe.ep_chunks) : 1;
   if (d.has_moe) {
     d.routed_tokens = routed_token_copies(m, p);
     d.tokens_per_local_expert = d.routed_tokens * q.ep / std::max(1, m.moe.num_experts);
@@ -213,36 +264,22 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
   if (!split.ok) throw std::logic_error("derive_plan on an invalid plan: " + split.error);
   d.split = std::move(split.split);
 
-  const bool full = p.recompute == Recompute::Full;
-  auto kind_of = [&](const LayerSpec& l) {
-    for (size_t k = 0; k < d.kinds.size(); ++k)
-      if (d.kinds[k].spec.mixer == l.mixer && d.kinds[k].spec.ffn == l.ffn && d.kinds[k].spec.sliding == l.sliding)
-        return int(k);
-    LayerKind k;
-    k.spec = l;
-    k.flops = layer_forward_flops(m, l, d.seq);
-    k.traffic = layer_traffic(m, l);
-    k.params = unit_params(layer_params(m, l), q);
-    k.when_recomputed = layer_activation(m, p, l, true);
-    k.when_kept = layer_activation(m, p, l, false);
-    d.kinds.push_back(k);
-    return int(d.kinds.size() - 1);
-  };
-
-  d.model_flops_per_step = model_flops_per_step(m, p);
+  // Model FLOPs read the model, the sequence length and the global batch.
+  d.model_flops_per_step = like && like->global_batch == d.global_batch ? like->model_flops_per_step
+                                                                        : model_flops_per_step(m, p);
   d.stages.assign(q.pp, StageRecord{});
   d.layers.reserve(m.layers.size() + m.mtp_layers);
   for (int c = 0, i = 0; c < d.split.chunks(); ++c)  // virtual stage c runs on stage c % pp as chunk c / pp
     for (int pos = 0; pos < d.split.layers_in(c); ++pos, ++i) {
       LayerRecord r;
-      r.kind = kind_of(m.layers[i]);
+      r.kind = kind_index(d, m, p, m.layers[i], like);
       r.stage = c % q.pp;
       r.vchunk = c / q.pp;
-      r.recomputed = full && (p.recompute_layers == 0 || pos < p.recompute_layers);  // Megatron block method
+      r.pos = pos;
       r.inflight = inflight(r.stage, r.vchunk, q.pp, q.vpp, d.microbatches);
       d.layers.push_back(r);
       StageRecord& st = d.stages[r.stage];
-      record_activations(st, d.kinds[r.kind], r);
+      add_unit(st, d.kinds[r.kind].params);
       st.layers++;
       st.inflight_sum += r.inflight;
       st.has_moe = st.has_moe || m.layers[i].ffn == FfnKind::MoE;
@@ -263,19 +300,45 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
     const UnitParams module = unit_params(mtp_module_params(m), q);
     for (int i = 0; i < m.mtp_layers; ++i) {
       LayerRecord r;
-      r.kind = kind_of(spec);
+      r.kind = kind_index(d, m, p, spec, like);
       r.stage = q.pp - 1;
       r.vchunk = q.vpp - 1;
-      r.recomputed = full;
       r.inflight = 1;
       r.mtp = true;
       d.layers.push_back(r);
-      record_activations(last, d.kinds[r.kind], r);
       add_unit(last, module);
     }
     last.has_moe = last.has_moe || spec.ffn == FfnKind::MoE;
   }
+  mark_same_stages(d);
   return d;
+}
+
+void derive_options(DerivedPlan& d) {
+  const Plan& p = *d.plan;
+  d.moe_chunks = d.has_moe ? std::max(1, p.moe.ep_chunks) : 1;
+  if (d.derived_recompute == std::pair{p.recompute, p.recompute_layers}) return;  // the rest reads only these two
+  d.derived_recompute = {p.recompute, p.recompute_layers};
+  const bool full = p.recompute == Recompute::Full;
+  for (LayerKind& k : d.kinds) k.when_kept = layer_activation(*d.model, p, k.spec, false);
+  for (StageRecord& st : d.stages) st.saved_activations = 0, st.kinds_present = 0;
+  for (LayerRecord& r : d.layers) {
+    // Megatron's block method recomputes the first recompute_layers of each virtual stage; MTP modules all.
+    r.recomputed = full && (r.mtp || p.recompute_layers == 0 || r.pos < p.recompute_layers);
+    const LayerKind& kind = d.kinds[r.kind];
+    StageRecord& st = d.stages[r.stage];
+    st.saved_activations += r.inflight * (r.recomputed ? kind.when_recomputed : kind.when_kept).saved;
+    st.kinds_present |= uint64_t(1) << (2 * r.kind + (r.recomputed ? 1 : 0));
+  }
+  // Alike stages differ only in the activations they save: the one saving the most (the first of equals) peaks.
+  d.peak_stages.clear();
+  for (int r = 0; r < int(d.stages.size()); ++r) {
+    const int s = d.stages[r].same_as;
+    if (s == r) d.peak_stages.push_back(r);
+    else
+      for (int& q : d.peak_stages)
+        if (d.stages[q].same_as == s && d.stages[r].saved_activations > d.stages[q].saved_activations) q = r;
+  }
 }
 
 }  // namespace lcplan

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "estimator/flops.h"
@@ -56,6 +57,7 @@ struct LayerRecord {
   int kind = 0;         // index into DerivedPlan::kinds
   int stage = 0;        // pipeline stage
   int vchunk = 0;       // virtual chunk on that stage
+  int pos = 0;          // position in its virtual stage (what the block method's recompute_layers counts)
   bool recomputed = false;  // full recompute of this layer (Megatron block method: the first N of each chunk)
   double inflight = 1;  // microbatches whose activations of this layer the stage holds at its peak
   bool mtp = false;     // an MTP module's decoder layer (last stage, one microbatch in flight)
@@ -69,6 +71,10 @@ struct StageRecord {
   double max_unit = 0;         // largest FSDP unit on this stage (dense + expert), unsharded
   double inflight_sum = 0;     // sum of in-flight microbatches over the stage's decoder layers
   bool has_moe = false;
+  // An earlier stage with the same layer records (kind and position, in order) and parameters, else this stage:
+  // its costs are that stage's, its memory differs only by the activations it saves (the last stage, which runs
+  // the loss, is never the same as another).
+  int same_as = 0;
 };
 
 // A process group of the plan: members, nodes spanned by the widest group of its kind, link tier.
@@ -106,13 +112,25 @@ struct DerivedPlan {
   std::vector<LayerKind> kinds;
   std::vector<LayerRecord> layers;  // decoder layers in order, then MTP modules
   std::vector<StageRecord> stages;
+  // The stages whose memory can be the peak: of each group of alike stages (StageRecord::same_as) the one saving
+  // the most activations (derive_options). The largest peak among them is the peak over all stages.
+  std::vector<int> peak_stages;
   bool has_moe = false;
   int moe_chunks = 1;           // ep_chunks (1 on dense models)
   double model_flops_per_step = 0;  // Megatron-style model FLOPs of one step (estimator/flops.h)
+  // The recompute choice derive_options last derived the records for (layers -1: none yet).
+  std::pair<Recompute, int> derived_recompute{Recompute::None, -1};
 };
 
 // The plan must be valid (check_plan). `hw` supplies the node size when the plan gives none.
 DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw);
+
+// derive_plan in two steps, for callers that vary only the options within a layout (the search): derive_layout
+// reads everything but ep_chunks and the recompute choice, derive_options those (again after the plan's change).
+// derive_plan(m, p, hw) is derive_layout then derive_options, and either order of use gives the same record.
+// `like`, a record derived before for another layout, lends what depends on neither the layout nor the options.
+DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw, const DerivedPlan* like = nullptr);
+void derive_options(DerivedPlan& d);  // reads d.plan's moe.ep_chunks, recompute and recompute_layers
 
 // Bytes per element of a GEMM input in the plan's precision (bf16 2; fp8 1; mxfp8 and nvfp4 with their block
 // scales): how a low-precision recipe saves it for the weight gradient and dispatches it to the experts.

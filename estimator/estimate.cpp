@@ -12,10 +12,15 @@ Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const C
 }
 
 Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, MemoryEstimate memory) {
+  return estimate(d, hw, cal, std::move(memory), estimate_time(d, hw, cal));
+}
+
+Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, MemoryEstimate memory,
+                  TimeEstimate time) {
   const Plan& p = *d.plan;
   Estimate e;
   e.memory = std::move(memory);
-  e.time = estimate_time(d, hw, cal);
+  e.time = std::move(time);
   e.capacity_bytes = hw.hbm_bytes;
   e.peak_bytes_band = {cal.memory_band.measured_low(e.memory.peak_bytes), cal.memory_band.measured_high(e.memory.peak_bytes)};
   e.tflops_band = {cal.time_band.measured_low(e.time.tflops_per_gpu), cal.time_band.measured_high(e.time.tflops_per_gpu)};

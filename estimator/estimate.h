@@ -37,6 +37,9 @@ Estimate estimate(const ModelSpec& m, const Plan& p, const Hardware& hw, const C
 // The same from the plan's derived record, reusing a memory estimate already computed from it (the search
 // derives the plan once and computes memory first).
 Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, MemoryEstimate memory);
+// The same with its time estimate too (the search estimates time from stage costs it keeps).
+Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, MemoryEstimate memory,
+                  TimeEstimate time);
 
 // The design's record format (README "Estimate record").
 nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);

@@ -98,7 +98,7 @@ MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Hardware
   return estimate_memory(derive_plan(m, p, hw), cal);
 }
 
-MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
+StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
   const ModelSpec& m = *d.model;
   const Plan& p = *d.plan;
   const Parallel& q = p.parallel;
@@ -122,59 +122,64 @@ MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
   };
   const double S = d.local_tokens;
 
-  MemoryEstimate est;
-  est.stages.reserve(q.pp);
-  for (int r = 0; r < q.pp; ++r) {
-    StageMemory& st = est.stages.emplace_back();
-    st.stage = r;
-    const bool last = r == q.pp - 1;
-    const StageRecord& sr = d.stages[r];
-    st.layers = sr.layers;
-    st.inflight_microbatches = sr.layers > 0 ? sr.inflight_sum / sr.layers : 0;
+  StageMemory st;
+  st.stage = r;
+  const bool last = r == q.pp - 1;
+  const StageRecord& sr = d.stages[r];
+  st.layers = sr.layers;
+  st.inflight_microbatches = sr.layers > 0 ? sr.inflight_sum / sr.layers : 0;
 
-    // Saved activations of in-flight microbatches, and the largest rematerialized layer's extra working set.
-    PhaseTerms t;
-    double whole = 0;
-    t.saved_activations = sr.saved_activations;
-    rebuilt(sr, t.rebuilt, whole);
-    if (p.offload.activations) {
-      // Saved activations live on the host; the layer being backpropagated comes back whole.
-      t.saved_activations = 0;
-      t.rebuilt = std::max(t.rebuilt, whole);
+  // Saved activations of in-flight microbatches, and the largest rematerialized layer's extra working set.
+  PhaseTerms t;
+  double whole = 0;
+  t.saved_activations = sr.saved_activations;
+  rebuilt(sr, t.rebuilt, whole);
+  if (p.offload.activations) {
+    // Saved activations live on the host; the layer being backpropagated comes back whole.
+    t.saved_activations = 0;
+    t.rebuilt = std::max(t.rebuilt, whole);
+  }
+  if (sr.has_moe) t.moe_buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor;
+  // Loss side (last stage): fp32 logits tokens x vocab/tp (article section 2.3) or linear CE's streaming state.
+  if (last) {
+    const double vocab_local = double(m.vocab) / q.tp;
+    if (p.linear_ce) {
+      const double tile = std::min(cal.linear_ce_vocab_tile, vocab_local);
+      t.logits = S * tile * kBf16 + S * 4 * kFp32 + S * m.hidden * kFp32;  // tile, per-token stats, fp32 d_hidden
+    } else {
+      t.logits = S * vocab_local * cal.logits_bytes_per_element;
     }
-    if (sr.has_moe) t.moe_buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor;
-    // Loss side (last stage): fp32 logits tokens x vocab/tp (article section 2.3) or linear CE's streaming state.
-    if (last) {
-      const double vocab_local = double(m.vocab) / q.tp;
-      if (p.linear_ce) {
-        const double tile = std::min(cal.linear_ce_vocab_tile, vocab_local);
-        t.logits = S * tile * kBf16 + S * 4 * kFp32 + S * m.hidden * kFp32;  // tile, per-token stats, fp32 d_hidden
-      } else {
-        t.logits = S * vocab_local * cal.logits_bytes_per_element;
-      }
+  }
+  if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
+    t.fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;  // current + prefetched unit
+    t.fsdp_grad = cal.main_grad_bytes * sr.max_unit;                      // unsharded gradient before reduce-scatter
+  }
+  t.fragmentation = cal.fragmentation;
+  st.terms = t;
+  st.has_loss = last;
+  const MemoryBreakdown stat = static_terms(d, sr, cal);
+  // One call per phase, so each composition folds to the terms that phase holds.
+  st.peak_bytes = -1;
+  auto consider = [&](Phase ph) {
+    const double tot = compose(stat, t, ph).total();
+    if (tot > st.peak_bytes) {
+      st.peak_bytes = tot;
+      st.peak_phase = ph;
     }
-    if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
-      t.fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;  // current + prefetched unit
-      t.fsdp_grad = cal.main_grad_bytes * sr.max_unit;                      // unsharded gradient before reduce-scatter
-    }
-    t.fragmentation = cal.fragmentation;
-    st.terms = t;
-    st.has_loss = last;
-    const MemoryBreakdown stat = static_terms(d, sr, cal);
-    // One call per phase, so each composition folds to the terms that phase holds.
-    st.peak_bytes = -1;
-    auto consider = [&](Phase ph) {
-      const double tot = compose(stat, t, ph).total();
-      if (tot > st.peak_bytes) {
-        st.peak_bytes = tot;
-        st.peak_phase = ph;
-      }
-    };
-    consider(Phase::Forward);
-    if (last) consider(Phase::Loss);
-    consider(Phase::Backward);
-    consider(Phase::Optimizer);
-    st.breakdown = compose(stat, t, st.peak_phase);
+  };
+  consider(Phase::Forward);
+  if (last) consider(Phase::Loss);
+  consider(Phase::Backward);
+  consider(Phase::Optimizer);
+  st.breakdown = compose(stat, t, st.peak_phase);
+  return st;
+}
+
+MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
+  MemoryEstimate est;
+  est.stages.reserve(d.stages.size());
+  for (int r = 0; r < int(d.stages.size()); ++r) {
+    const StageMemory& st = est.stages.emplace_back(stage_memory(d, cal, r));
     if (st.peak_bytes > est.peak_bytes) {
       est.peak_bytes = st.peak_bytes;
       est.peak_stage = r;

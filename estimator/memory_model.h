@@ -52,6 +52,9 @@ struct MemoryEstimate {
 
 // Reads the plan's derived record (estimator/derived_plan.h); the plan must be valid (check_plan).
 MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal);
+// One stage of it. Its peak never falls when the stage saves more activations, all else equal (what
+// DerivedPlan::peak_stages relies on).
+StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int stage);
 // Convenience for callers holding no derived record: derives it, then estimates.
 MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
 

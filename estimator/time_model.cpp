@@ -53,10 +53,10 @@ namespace {
 struct KernelRates {
   const Hardware& hw;
   const Calibration& cal;
-  double gemm_peak;      // peak of the plan's precision for GEMMs (low precision applies to GEMMs only)
-  double gemm_scale;     // efficiency of the plan's precision relative to bf16 (1 in bf16)
-  double grouped_scale;  // the same for grouped expert GEMMs
-  double quantize_bytes; // HBM bytes per GEMM input/output element to quantize it (0 in bf16)
+  double gemm_peak;          // peak of the plan's precision for GEMMs (low precision applies to GEMMs only)
+  double gemm_scale = 1;     // efficiency of the plan's precision relative to bf16 (1 in bf16)
+  double grouped_scale = 1;  // the same for grouped expert GEMMs
+  double quantize_bytes;     // HBM bytes per GEMM input/output element to quantize it (0 in bf16)
 
   KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_) : hw(hw_), cal(cal_) {
     gemm_peak = gemm_peak_flops(hw, p.precision);
@@ -91,37 +91,6 @@ struct KernelRates {
   double collective(Collective c, double bytes, const GroupFacts& g) const {
     return collective_seconds(c, bytes, g.size, g.tier, g.nodes, hw, cal);
   }
-};
-
-// Per-microbatch cost of one layer on one rank, split the way the breakdown reports it (seconds).
-struct LayerCost {
-  double compute = 0;    // forward + backward GPU compute (with interference slowdown)
-  double recompute = 0;  // extra forward compute of a recomputed layer
-  double tp = 0, cp = 0, ep = 0;  // exposed communication
-  double launch = 0;     // launch-floor excess
-  double forward = 0, backward = 0;  // compute of forward / backward alone (the EP overlap cap)
-  // total() by the executor's phases: forward, loss (LM head and loss), backward (recompute included).
-  double in_forward = 0, in_loss = 0, in_backward = 0;
-  // Each pass's own span with the cross-microbatch EP overlap undone: what DP collectives and offload copies hide
-  // under. in_forward / in_backward move time between passes as another microbatch's compute hides all-to-alls,
-  // so a faster kernel can lengthen one of them; these only shrink.
-  double span_forward = 0, span_backward = 0;
-  void add(const LayerCost& o, double times = 1) {
-    compute += times * o.compute;
-    recompute += times * o.recompute;
-    tp += times * o.tp;
-    cp += times * o.cp;
-    ep += times * o.ep;
-    launch += times * o.launch;
-    forward += times * o.forward;
-    backward += times * o.backward;
-    in_forward += times * o.in_forward;
-    in_loss += times * o.in_loss;
-    in_backward += times * o.in_backward;
-    span_forward += times * o.span_forward;
-    span_backward += times * o.span_backward;
-  }
-  double total() const { return compute + recompute + tp + cp + ep + launch; }
 };
 
 // The executors' chunk schedules (parallel/chunk_schedule.h), built once: index 2*(chunks-1) + shared_expert.
@@ -372,7 +341,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
 
 // LM head + loss on the last stage for one microbatch (forward + backward): GEMMs plus the fp32 logits' memory
 // traffic; linear CE streams the vocabulary and is slower by the calibrated factor (article section 2.3).
-LayerCost loss_cost(const DerivedPlan& d, const KernelRates& rate) {
+LayerCost loss_cost(const DerivedPlan& d, const KernelRates& rate, bool linear_ce) {
   const ModelSpec& m = *d.model;
   const double tp = d.tp.size;
   LayerCost k;
@@ -380,7 +349,7 @@ LayerCost loss_cost(const DerivedPlan& d, const KernelRates& rate) {
   const double logits = d.local_tokens * double(m.vocab) / tp;
   const double elementwise = rate.memory_bound(4 * logits * kFp32);  // write logits, softmax read, grad write, grad read
   double t = 3 * head + elementwise;
-  if (d.plan->linear_ce) t *= rate.cal.linear_ce_slowdown;
+  if (linear_ce) t *= rate.cal.linear_ce_slowdown;
   k.forward = t / 3;
   k.backward = t - k.forward;
   k.compute = t;
@@ -404,99 +373,46 @@ TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw
   return estimate_time(derive_plan(m, p, hw), hw, cal);
 }
 
-TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal) {
-  const ModelSpec& m = *d.model;
+namespace {
+
+// What a stage does after its passes (DP / FSDP collectives, optimizer step, offload), seconds per step.
+struct After {
+  double dp_exposed = 0, hidden_fwd = 0, hidden_bwd = 0;  // hidden under compute (slowed by interference)
+  double optimizer = 0, offload = 0;
+  double fsdp_fwd_share = 0;  // FSDP: the forward's share of the collectives (one gather of two, and no reduce)
+  double total(double interference) const {
+    return dp_exposed + interference * (hidden_fwd + hidden_bwd) + optimizer + offload;
+  }
+};
+
+// After the pipeline: DP / FSDP collectives, the optimizer step and activation offload, per stage. Every stage
+// lives through the clock's microbatch slots, so what it does not spend on its own passes it idles, and its
+// collectives and copies use that first (for free: no compute to slow), then its passes' overlappable share
+// (slowed by interference). The step ends when the stage with the most left over is done: the largest per-stage
+// sum (not the clock stage's own, which would jump when a faster kernel moves the clock to a stage with other
+// parameters, and would let a faster non-clock stage lose its idle).
+After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageCosts& costs, const LayerCost& last,
+                     const LayerCost& c) {
   const Plan& p = *d.plan;
   const Parallel& q = p.parallel;
-  const KernelRates rate(p, hw, cal);
-  const MoeLayerTime moe = d.has_moe ? moe_time(d, rate) : MoeLayerTime{};
-
-  // Each kind's cost, recomputed or not, once; then every layer record adds its kind's cost to its stage.
-  std::vector<std::array<LayerCost, 2>> kind_cost(d.kinds.size());
-  for (size_t k = 0; k < d.kinds.size(); ++k)
-    for (int rec = 0; rec < 2; ++rec) kind_cost[k][rec] = layer_cost(d, rate, d.kinds[k], rec == 1, moe);
-  std::vector<LayerCost> stage(q.pp);
-  const LayerCost loss = loss_cost(d, rate);
-  const double eh_proj = rate.gemm(2.0 * (2.0 * m.hidden) * m.hidden * d.local_tokens / q.tp, d.local_tokens);
-  for (const LayerRecord& r : d.layers) {
-    LayerCost c = kind_cost[r.kind][r.recomputed];
-    if (r.mtp) {
-      // An MTP module: eh_proj on [embedding; hidden], its decoder layer and its own LM head and loss.
-      c.compute += 3 * eh_proj;
-      c.forward += eh_proj;
-      c.backward += 2 * eh_proj;
-      c.in_forward += eh_proj;
-      c.in_backward += 2 * eh_proj;
-      c.span_forward += eh_proj;
-      c.span_backward += 2 * eh_proj;
-      if (r.recomputed) c.recompute += eh_proj, c.in_backward += eh_proj, c.span_backward += eh_proj;
-      c.add(loss);
-    }
-    stage[r.stage].add(c);
-  }
-  stage.back().add(loss);
-  int clock = 0;  // the slowest stage is the pipeline's clock
-  for (int r = 1; r < q.pp; ++r)
-    if (stage[r].total() > stage[clock].total()) clock = r;
-  const LayerCost& c = stage[clock];
-
-  // PP: activations forward and gradients backward at every virtual-chunk boundary: on the critical path of plain
-  // 1F1B; the interleaved schedule overlaps them with compute (Megatron-LM overlap_p2p_comm, on with vpp > 1).
-  double pp_per_microbatch = 0;
-  if (q.pp > 1 && q.vpp == 1) {
-    GroupFacts pair = d.pp;
-    pair.size = 2;
-    pp_per_microbatch = 2.0 * rate.collective(Collective::SendRecv, d.hidden_tokens * m.hidden * kBf16, pair);
-  }
-
+  const Calibration& cal = rate.cal;
   const double mb = d.microbatches;
-  const double t_microbatch = c.total() + pp_per_microbatch;
-
-  TimeEstimate out;
-  TimeBreakdown& br = out.breakdown;
-  br.compute = mb * c.compute;
-  br.recompute = mb * c.recompute;
-  br.launch_overhead = mb * c.launch;
-  br.exposed_comm.tp = mb * c.tp;
-  br.exposed_comm.cp = mb * c.cp;
-  br.exposed_comm.ep = mb * c.ep;
-  br.exposed_comm.pp = mb * pp_per_microbatch;
-  // Bubble (p-1)/(m*v) of the m microbatches' time (Narayanan et al. 2021, arXiv 2104.04473, section 2.2).
-  br.bubble = double(q.pp - 1) / q.vpp * t_microbatch;
-
-  // After the pipeline: DP / FSDP collectives, the optimizer step and activation offload, per stage. Every stage
-  // lives through the clock's microbatch slots, so what it does not spend on its own passes it idles, and its
-  // collectives and copies use that first (for free: no compute to slow), then its passes' overlappable share
-  // (slowed by interference). The step ends when the stage with the most left over is done: the largest per-stage
-  // sum (not the clock stage's own, which would jump when a faster kernel moves the clock to a stage with other
-  // parameters, and would let a faster non-clock stage lose its idle).
-  const double grad_bytes = cal.main_grad_bytes;
+  const double host_bw = rate.hw.host_bandwidth * cal.host_link_efficiency;
   const auto reduce = p.optimizer_sharding == OptimizerSharding::None ? Collective::AllReduce : Collective::ReduceScatter;
-  const double host_bw = hw.host_bandwidth * cal.host_link_efficiency;
   std::vector<double> saved;  // per stage, only with activation offload (the search estimates millions of plans)
   if (p.offload.activations) {
     saved.assign(q.pp, 0.0);
     for (const LayerRecord& r : d.layers)
       if (!r.mtp) saved[r.stage] += (r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept).saved;
   }
-  struct After {
-    double dp_exposed = 0, hidden_fwd = 0, hidden_bwd = 0;  // hidden under compute (slowed by interference)
-    double optimizer = 0, offload = 0;
-    double fsdp_fwd_share = 0;  // FSDP: the forward's share of the collectives (one gather of two, and no reduce)
-    double total(double interference) const {
-      return dp_exposed + interference * (hidden_fwd + hidden_bwd) + optimizer + offload;
-    }
-  };
   After after;
-  double dense = -1, expert = -1, grad_sync = 0, param_gather = 0;  // the middle stages share their parameters
   for (int r = 0; r < q.pp; ++r) {
-    const LayerCost& sc = stage[r];
-    if (d.stages[r].params.dense != dense || d.stages[r].params.expert != expert) {
-      dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
-      grad_sync = rate.collective(reduce, dense * grad_bytes, d.dp_cp) + rate.collective(reduce, expert * grad_bytes, d.edp_group);
-      param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
-                     rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
-    }
+    if (d.stages[r].same_as != r) continue;  // a stage like an earlier one leaves no more over
+    const LayerCost& sc = r + 1 == q.pp ? last : costs.stages[r];
+    const double dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
+    const StageCosts::Comm& comm_of = costs.comm[r];
+    const double grad_sync = reduce == Collective::AllReduce ? comm_of.grad_all_reduce : comm_of.grad_reduce_scatter;
+    const double param_gather = comm_of.param_gather;
     // The passes' spans with their all-to-alls (LayerCost::span_forward), and the stage's idle per clock slot.
     const double span_fwd = sc.span_forward, span_bwd = sc.in_loss + sc.span_backward;
     const double idle = std::max(0.0, c.total() - sc.total());
@@ -551,6 +467,149 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
     }
     if (r == 0 || a.total(cal.interference) > after.total(cal.interference)) after = a;
   }
+  return after;
+}
+
+// An MTP module's cost before its loss: eh_proj on [embedding; hidden] and its decoder layer.
+LayerCost mtp_cost(const LayerCost& layer, bool recomputed, double eh_proj) {
+  LayerCost c = layer;
+  c.compute += 3 * eh_proj;
+  c.forward += eh_proj;
+  c.backward += 2 * eh_proj;
+  c.in_forward += eh_proj;
+  c.in_backward += 2 * eh_proj;
+  c.span_forward += eh_proj;
+  c.span_backward += 2 * eh_proj;
+  if (recomputed) c.recompute += eh_proj, c.in_backward += eh_proj, c.span_backward += eh_proj;
+  return c;
+}
+
+// The stages' gradient reduction (all-reduce or reduce-scatter) and parameter gather over DP-CP and expert DP.
+void stage_comm(const DerivedPlan& d, const KernelRates& rate, StageCosts& out) {
+  out.comm.assign(d.stages.size(), StageCosts::Comm{});
+  const double grad_bytes = rate.cal.main_grad_bytes;
+  for (size_t r = 0; r < d.stages.size(); ++r) {
+    if (d.stages[r].same_as != int(r)) continue;
+    const double dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
+    StageCosts::Comm& c = out.comm[r];
+    for (const Collective reduce : {Collective::AllReduce, Collective::ReduceScatter})
+      (reduce == Collective::AllReduce ? c.grad_all_reduce : c.grad_reduce_scatter) =
+          rate.collective(reduce, dense * grad_bytes, d.dp_cp) + rate.collective(reduce, expert * grad_bytes, d.edp_group);
+    c.param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
+                     rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
+  }
+}
+
+}  // namespace
+
+StageCosts stage_costs(const DerivedPlan& d, const Hardware& hw, const Calibration& cal) {
+  return stage_costs(d, hw, cal, moe_layer_time(d, hw, cal));
+}
+
+StageCosts stage_costs(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const MoeLayerTime& moe) {
+  const ModelSpec& m = *d.model;
+  const Parallel& q = d.plan->parallel;
+  const KernelRates rate(*d.plan, hw, cal);
+  StageCosts out;
+  out.moe = moe;
+  // Each kind's cost, recomputed or not, once; then every decoder layer adds its kind's cost to its stage, for the
+  // stages unlike any earlier one (a stage like an earlier one costs what that one costs, summed in the same order).
+  out.kinds.resize(d.kinds.size());
+  for (size_t k = 0; k < d.kinds.size(); ++k)
+    for (int rec = 0; rec < 2; ++rec) out.kinds[k][rec] = layer_cost(d, rate, d.kinds[k], rec == 1, out.moe);
+  out.stages.assign(d.stages.size(), LayerCost{});
+  const double eh_proj = rate.gemm(2.0 * (2.0 * m.hidden) * m.hidden * d.local_tokens / q.tp, d.local_tokens);
+  for (const LayerRecord& r : d.layers) {
+    if (r.mtp) out.mtp.push_back(mtp_cost(out.kinds[r.kind][r.recomputed], r.recomputed, eh_proj));
+    else if (d.stages[r.stage].same_as == r.stage) out.stages[r.stage].add(out.kinds[r.kind][r.recomputed]);
+  }
+  for (size_t r = 0; r < d.stages.size(); ++r) out.stages[r] = out.stages[d.stages[r].same_as];
+  for (int lce = 0; lce < 2; ++lce) out.loss[lce] = loss_cost(d, rate, lce == 1);
+  // PP: activations forward and gradients backward at every virtual-chunk boundary: on the critical path of plain
+  // 1F1B; the interleaved schedule overlaps them with compute (Megatron-LM overlap_p2p_comm, on with vpp > 1).
+  if (q.pp > 1 && q.vpp == 1) {
+    GroupFacts pair = d.pp;
+    pair.size = 2;
+    out.pp_per_microbatch = 2.0 * rate.collective(Collective::SendRecv, d.hidden_tokens * m.hidden * kBf16, pair);
+  }
+  stage_comm(d, rate, out);
+  return out;
+}
+
+TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal) {
+  return estimate_time(d, hw, cal, stage_costs(d, hw, cal));
+}
+
+namespace {
+
+// The pipeline's part of one step: the clock stage's microbatches, the PP transfers, the bubble and the step's fixed
+// host time, before what each stage does after its passes (after_pipeline).
+struct Pipeline {
+  LayerCost last;  // the last stage with its MTP modules and loss
+  int clock = 0;   // the slowest stage, the pipeline's clock
+  TimeBreakdown br;
+};
+
+Pipeline pipeline(const DerivedPlan& d, const Calibration& cal, const StageCosts& costs, bool linear_ce) {
+  const Parallel& q = d.plan->parallel;
+  Pipeline pl;
+  // The last stage adds each MTP module with its own LM head and loss, then the loss.
+  const LayerCost& loss = costs.loss[linear_ce ? 1 : 0];
+  pl.last = costs.stages.back();
+  for (LayerCost c : costs.mtp) {
+    c.add(loss);
+    pl.last.add(c);
+  }
+  pl.last.add(loss);
+  auto stage = [&](int r) -> const LayerCost& { return r + 1 == q.pp ? pl.last : costs.stages[r]; };
+  for (int r = 1; r < q.pp; ++r)  // a stage like an earlier one is not slower
+    if (d.stages[r].same_as == r && stage(r).total() > stage(pl.clock).total()) pl.clock = r;
+  const LayerCost& c = stage(pl.clock);
+  const double mb = d.microbatches;
+  TimeBreakdown& br = pl.br;
+  br.compute = mb * c.compute;
+  br.recompute = mb * c.recompute;
+  br.launch_overhead = mb * c.launch;
+  br.exposed_comm.tp = mb * c.tp;
+  br.exposed_comm.cp = mb * c.cp;
+  br.exposed_comm.ep = mb * c.ep;
+  br.exposed_comm.pp = mb * costs.pp_per_microbatch;
+  // Bubble (p-1)/(m*v) of the m microbatches' time (Narayanan et al. 2021, arXiv 2104.04473, section 2.2).
+  br.bubble = double(q.pp - 1) / q.vpp * (c.total() + costs.pp_per_microbatch);
+  br.step_overhead = cal.step_overhead_seconds;
+  return pl;
+}
+
+double step_seconds(const TimeBreakdown& br) {
+  return br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
+         br.offload + br.step_overhead;
+}
+
+double tokens_per_second_per_gpu(const DerivedPlan& d, double step_seconds) {
+  return double(d.global_batch) * d.plan->seq_len / step_seconds / d.plan->gpus;
+}
+
+}  // namespace
+
+double tokens_per_second_ceiling(const DerivedPlan& d, const Calibration& cal, const StageCosts& costs, bool linear_ce) {
+  // What follows the pipeline's part is never negative but for rounding, far inside the margin.
+  return tokens_per_second_per_gpu(d, step_seconds(pipeline(d, cal, costs, linear_ce).br) * (1 - 1e-9));
+}
+
+TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const StageCosts& costs) {
+  const Plan& p = *d.plan;
+  const Parallel& q = p.parallel;
+  const KernelRates rate(p, hw, cal);
+  const Pipeline pl = pipeline(d, cal, costs, p.linear_ce);
+  const LayerCost& last = pl.last;
+  const LayerCost& c = pl.clock + 1 == q.pp ? pl.last : costs.stages[pl.clock];
+  const double pp_per_microbatch = costs.pp_per_microbatch;
+  const double mb = d.microbatches;
+  TimeEstimate out;
+  TimeBreakdown& br = out.breakdown;
+  br = pl.br;
+
+  const After after = after_pipeline(d, rate, costs, last, c);
   PhaseSeconds& ph = out.phases;
   const double dp_hidden = after.hidden_fwd + after.hidden_bwd;
   if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
@@ -568,9 +627,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   br.optimizer = after.optimizer;
   br.offload = after.offload;
 
-  br.step_overhead = cal.step_overhead_seconds;
-  out.step_seconds = br.compute + br.recompute + br.exposed_comm.total() + br.bubble + br.launch_overhead + br.optimizer +
-                     br.offload + br.step_overhead;
+  out.step_seconds = step_seconds(br);
 
   // The rest by phase: the microbatches' layer and loss time, the PP send forward / receive backward, the bubble in
   // proportion to the microbatch time it idles for ((p-1)/v of each pass), the offload copies half down after the
@@ -587,7 +644,7 @@ TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calib
   const double peak = gemm_peak_flops(hw, p.precision);
   out.tflops_per_gpu = out.model_flops_per_step / out.step_seconds / p.gpus / 1e12;
   out.mfu = out.tflops_per_gpu * 1e12 / peak;
-  out.tokens_per_second_per_gpu = double(d.global_batch) * p.seq_len / out.step_seconds / p.gpus;
+  out.tokens_per_second_per_gpu = tokens_per_second_per_gpu(d, out.step_seconds);
 
   // The bottleneck is the largest overhead beyond the model's own compute and the recompute the plan chose:
   // what a different layout could win back.

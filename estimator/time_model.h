@@ -2,7 +2,9 @@
 // tier, overlap minus interference, pipeline bubble, recompute, per-kernel launch floor. Pure function.
 #pragma once
 
+#include <array>
 #include <string>
+#include <vector>
 
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
@@ -50,10 +52,68 @@ struct TimeEstimate {
   std::string bottleneck;            // the largest breakdown term's name
 };
 
+// One MoE layer of the plan, one microbatch on one rank (router, shared and routed experts, permutation,
+// dispatch/combine with the plan's ep_chunks overlap schedule). Seconds.
+struct MoeLayerTime {
+  double forward = 0, backward = 0;
+  double exposed_comm_forward = 0, exposed_comm_backward = 0;  // all-to-all time not hidden under expert GEMMs
+  double launch_forward = 0, launch_backward = 0;              // launch-floor excess included in forward/backward
+};
+
+// Per-microbatch cost of one layer (or a stage's layers) on one rank, split as the breakdown reports it (seconds).
+struct LayerCost {
+  double compute = 0;    // forward + backward GPU compute (with interference slowdown)
+  double recompute = 0;  // extra forward compute of a recomputed layer
+  double tp = 0, cp = 0, ep = 0;  // exposed communication
+  double launch = 0;     // launch-floor excess
+  double forward = 0, backward = 0;  // compute of forward / backward alone (the EP overlap cap)
+  // total() by the executor's phases: forward, loss (LM head and loss), backward (recompute included).
+  double in_forward = 0, in_loss = 0, in_backward = 0;
+  // Each pass's own span with the cross-microbatch EP overlap undone: what DP collectives and offload copies hide
+  // under. in_forward / in_backward move time between passes as another microbatch's compute hides all-to-alls,
+  // so a faster kernel can lengthen one of them; these only shrink.
+  double span_forward = 0, span_backward = 0;
+  void add(const LayerCost& o) {
+    compute += o.compute, recompute += o.recompute, tp += o.tp, cp += o.cp, ep += o.ep, launch += o.launch;
+    forward += o.forward, backward += o.backward;
+    in_forward += o.in_forward, in_loss += o.in_loss, in_backward += o.in_backward;
+    span_forward += o.span_forward, span_backward += o.span_backward;
+  }
+  double total() const { return compute + recompute + tp + cp + ep + launch; }
+};
+
+// What the time estimate reads from the derived record alone: the MoE layer, each layer kind's cost (recomputed or
+// not), the decoder layers' costs summed per pipeline stage, the MTP modules, the loss and each stage's gradient
+// and parameter collectives. Optimizer sharding, offload and the loss choice select among them, so the search
+// computes them once per derived record.
+struct StageCosts {
+  MoeLayerTime moe;
+  std::vector<std::array<LayerCost, 2>> kinds;  // [kind][recomputed]
+  std::vector<LayerCost> stages;                 // per pipeline stage: its decoder layers
+  std::vector<LayerCost> mtp;                    // each MTP module on the last stage, before its loss
+  std::array<LayerCost, 2> loss;                 // LM head and loss of one microbatch [linear_ce]
+  double pp_per_microbatch = 0;                  // exposed PP send/receive per microbatch
+  struct Comm {
+    double grad_all_reduce = 0, grad_reduce_scatter = 0, param_gather = 0;  // DP-CP and expert-DP groups together
+  };
+  std::vector<Comm> comm;  // per pipeline stage (stages like an earlier one: left zero)
+};
+StageCosts stage_costs(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);
+// The same with the record's MoE layer already timed (moe_layer_time of a record that differs at most in the
+// recompute choice: the MoE layer's time does not read it).
+StageCosts stage_costs(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const MoeLayerTime& moe);
+
 // Reads the plan's derived record (estimator/derived_plan.h); the plan must be valid (check_plan).
 TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);
+// The same from the record's stage costs (stage_costs of this record under the same hardware and calibration).
+TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const StageCosts& costs);
 // Convenience for callers holding no derived record: derives it, then estimates.
 TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
+// Never below estimate_time's tokens_per_second_per_gpu for this record with the plan's linear_ce: the pipeline's
+// part of the step alone (what follows it is not negative), which of the options reads only the loss (so records
+// that differ in optimizer sharding or offload share it). The search skips the rest of a plan that could not be
+// kept even at this rate.
+double tokens_per_second_ceiling(const DerivedPlan& d, const Calibration& cal, const StageCosts& costs, bool linear_ce);
 
 // Pieces exposed for tests and for the chunked-EP proxy.
 
@@ -67,13 +127,7 @@ double collective_seconds(Collective c, double bytes, int n, LinkTier tier, int 
 // Compute efficiency curve eff(x) = max * x / (x + half).
 double efficiency_curve(double max, double half, double x);
 
-// One MoE layer of the plan, one microbatch on one rank (router, shared and routed experts, permutation,
-// dispatch/combine with the plan's ep_chunks overlap schedule). Seconds.
-struct MoeLayerTime {
-  double forward = 0, backward = 0;
-  double exposed_comm_forward = 0, exposed_comm_backward = 0;  // all-to-all time not hidden under expert GEMMs
-  double launch_forward = 0, launch_backward = 0;              // launch-floor excess included in forward/backward
-};
+// The plan's MoE layer (MoeLayerTime); zero on dense models.
 MoeLayerTime moe_layer_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);
 
 }  // namespace lcplan

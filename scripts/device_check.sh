@@ -4,7 +4,8 @@
 #   run  command: bash scripts/device_check.sh   carry: [".devpack"]   timeout_s: 560
 # It runs on the node, from the repository root, within LCPLAN_CHECK_SECONDS (default 480) and writes to $OUT:
 #   node.txt       the node (nvidia-smi, toolkit, libraries a packed binary could not find);
-#   selftest.txt   lcplan selftest --gpu: every test of gpu_tests.tsv on the device, then a short profile;
+#   selftest.txt   lcplan selftest --gpu (run by lcplan-profile, which lcplan executes): every test of gpu_tests.tsv
+#                  on the device, then a short profile;
 #   selftest-profile.json   that profile (commit it with its provenance: node.txt's GPU, driver, date);
 #   exec-cuda.json / exec-cuda.txt   one lcplan-exec --backend cuda --cupti run of a 1-GPU dense plan (its record:
 #                  CUDA-event and CUPTI seconds per phase) and `lcplan validate` of it against its estimate;
@@ -45,7 +46,7 @@ manifest="$pack/build/gpu_tests.tsv"
   command -v compute-sanitizer >/dev/null && compute-sanitizer --version | head -2
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   cat "$out/env-warnings.txt"
-  for b in "$pack/build/cli/lcplan" $(awk -F'\t' '!/^#/ && NF == 3 {print "'"$pack/build/"'" $2}' "$manifest"); do
+  for b in "$pack/build/cli/lcplan" "$pack/build/cli/lcplan-profile" "$pack/build/cli/lcplan-exec" $(awk -F'\t' '!/^#/ && NF == 3 {print "'"$pack/build/"'" $2}' "$manifest"); do
     missing=$(ldd "$b" 2>&1 | grep 'not found')
     [ -n "$missing" ] && echo "MISSING for $b: $missing"
   done

@@ -4,7 +4,8 @@
 # own libraries. Run here after `cmake --preset release && cmake --build --preset release` with nvcc present:
 #   scripts/device_pack.sh [BUILD_DIR] [PACK_DIR]        (defaults: build/release, .devpack)
 # PACK_DIR then holds
-#   build/          lcplan, lcplan-exec and every binary of BUILD_DIR/gpu_tests.tsv at its place in the build tree,
+#   build/          lcplan, lcplan-profile (what `lcplan profile` and `lcplan selftest` run), lcplan-exec and every
+#                   binary of BUILD_DIR/gpu_tests.tsv at its place in the build tree,
 #                   with the manifest (so `lcplan selftest --gpu --build-dir PACK_DIR/build` finds them);
 #   lib/            every shared library those binaries and OpenMPI's plugins load, except glibc's and CUDA's
 #                   (driver, cudart, cuBLAS, NCCL, CUPTI: the node's own, found by env.sh);
@@ -18,8 +19,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build/release}
 pack=${2:-.devpack}
 manifest="$build/gpu_tests.tsv"
-if [ ! -f "$manifest" ] || [ ! -x "$build/cli/lcplan" ]; then
-  echo "device_pack: $build has no gpu_tests.tsv or cli/lcplan: build it first (cmake --preset release && cmake --build --preset release)" >&2
+if [ ! -f "$manifest" ] || [ ! -x "$build/cli/lcplan" ] || [ ! -x "$build/cli/lcplan-profile" ]; then
+  echo "device_pack: $build has no gpu_tests.tsv, cli/lcplan or cli/lcplan-profile: build it first (cmake --preset release && cmake --build --preset release)" >&2
   exit 2
 fi
 if ! grep -qv '^#' "$manifest"; then
@@ -29,8 +30,8 @@ fi
 
 rm -rf "$pack"
 mkdir -p "$pack/build/cli" "$pack/lib"
-bins=("$build/cli/lcplan" "$build/cli/lcplan-exec")
-cp "$build/cli/lcplan" "$build/cli/lcplan-exec" "$pack/build/cli/"
+bins=("$build/cli/lcplan" "$build/cli/lcplan-profile" "$build/cli/lcplan-exec")
+cp "${bins[@]}" "$pack/build/cli/"  # lcplan runs lcplan-profile from its own folder
 cp "$manifest" "$pack/build/"
 while IFS=$'\t' read -r name rel np; do
   [ -z "$name" ] || [ "${name:0:1}" = "#" ] && continue

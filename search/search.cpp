@@ -1,134 +1,255 @@
 #include "search/search.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
+#include "parallel/chunk_schedule.h"
 #include "parallel/pipeline_split.h"
 
 namespace lcplan {
 
 namespace {
 
-double tokens_per_s(const Candidate& c) { return c.estimate.time.tokens_per_second_per_gpu; }
-double peak(const Candidate& c) { return c.estimate.memory.peak_bytes; }
+// What the ranking reads of a plan: tokens/s per GPU and peak memory.
+struct Score {
+  double tokens_per_s = 0, peak = 0;
+};
+Score score(const Candidate& c) { return {c.estimate.time.tokens_per_second_per_gpu, c.estimate.memory.peak_bytes}; }
 
 // Better-first ordering for the objective; ties broken by the other metric so results are deterministic.
-bool better(const Candidate& a, const Candidate& b, Objective obj) {
+bool better(Score a, Score b, Objective obj) {
   if (obj == Objective::Throughput) {
-    if (tokens_per_s(a) != tokens_per_s(b)) return tokens_per_s(a) > tokens_per_s(b);
-    return peak(a) < peak(b);
+    if (a.tokens_per_s != b.tokens_per_s) return a.tokens_per_s > b.tokens_per_s;
+    return a.peak < b.peak;
   }
-  if (peak(a) != peak(b)) return peak(a) < peak(b);
-  return tokens_per_s(a) > tokens_per_s(b);
+  if (a.peak != b.peak) return a.peak < b.peak;
+  return a.tokens_per_s > b.tokens_per_s;
+}
+
+// A plan scoring `s` would join the k best (offer_top keeps it).
+bool joins_top(const std::vector<Candidate>& top, Score s, const SearchOptions& opt) {
+  return int(top.size()) < opt.top_k || better(s, score(top.back()), opt.objective);
 }
 
 // Keeps the k best candidates (sorted) without storing every feasible plan.
 void offer_top(std::vector<Candidate>& top, const Candidate& c, const SearchOptions& opt) {
-  if (int(top.size()) == opt.top_k && !better(c, top.back(), opt.objective)) return;
-  auto pos = std::upper_bound(top.begin(), top.end(), c,
-                              [&](const Candidate& a, const Candidate& b) { return better(a, b, opt.objective); });
+  if (!joins_top(top, score(c), opt)) return;
+  auto pos = std::upper_bound(top.begin(), top.end(), c, [&](const Candidate& a, const Candidate& b) {
+    return better(score(a), score(b), opt.objective);
+  });
   top.insert(pos, c);
   if (int(top.size()) > opt.top_k) top.pop_back();
 }
 
-// Pareto front: no other plan has both lower peak and higher throughput.
-void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
+// A plan scoring `s` would join the Pareto front: no plan on it has both lower peak and higher throughput.
+bool joins_pareto(const std::vector<Candidate>& front, Score s) {
   for (const auto& f : front)
-    if (peak(f) <= peak(c) && tokens_per_s(f) >= tokens_per_s(c)) return;
+    if (score(f).peak <= s.peak && score(f).tokens_per_s >= s.tokens_per_s) return false;
+  return true;
+}
+
+void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
+  const Score s = score(c);
+  if (!joins_pareto(front, s)) return;
   front.erase(std::remove_if(front.begin(), front.end(),
-                             [&](const Candidate& f) { return peak(c) <= peak(f) && tokens_per_s(c) >= tokens_per_s(f); }),
+                             [&](const Candidate& f) { return s.peak <= score(f).peak && s.tokens_per_s >= score(f).tokens_per_s; }),
               front.end());
   front.push_back(c);
 }
+
+// One search: the walk over layouts and their options, and what it keeps per layout.
+//
+// Within a layout, the rules read only ep_chunks and the recompute choice of the options (not sharding, the loss or
+// offload), and so does the derived record; its time costs per stage read ep_chunks too. So each recompute choice of
+// a layout keeps its verdict and stage costs per ep_chunks value and one derived record (finished by
+// derive_options, which redoes only what the option changed) whose plan pointer is `p_`.
+class Search {
+ public:
+  Search(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw, const Calibration& cal,
+         const SearchOptions& opt, const Progress& progress)
+      : m_(m), space_(space), hw_(hw), cal_(cal), opt_(opt), progress_(progress), p_(base),
+        budget_(hw.hbm_bytes - opt.headroom_bytes), total_(space.size()) {}
+
+  SearchResult run() {
+    const size_t options = OptionWalk(space_).count();  // plans each layout stands for
+    const int layers = static_cast<int>(m_.layers.size());
+    for (LayoutWalk layout(space_); !layout.done(); layout.next()) {
+      // Layout rules do not depend on the options: check them once with neutral options.
+      layout.apply(p_);
+      p_.moe.ep_chunks = 1;
+      p_.recompute = Recompute::None;
+      p_.recompute_layers = 0;
+      if (auto v = check_plan(m_, p_)) {
+        r_.candidates += options;
+        r_.rejects[static_cast<int>(v->rule)] += options;
+        continue;
+      }
+      const int chunk_layers = split_layers(layers, p_.parallel.pp, p_.parallel.vpp, p_.pipeline).split.max_chunk_layers();
+      choices_.clear();
+      layout_derived_ = false;
+      moe_timed_.fill(0);
+      for (OptionWalk option(space_); !option.done(); option.next()) {
+        if (option.apply(p_, chunk_layers)) visit();
+        else ++r_.candidates;
+      }
+      if (progress_) report();
+    }
+    std::sort(r_.pareto.begin(), r_.pareto.end(),
+              [](const Candidate& a, const Candidate& b) { return score(a).peak < score(b).peak; });
+    if (progress_) report();
+    return std::move(r_);
+  }
+
+ private:
+  struct Choice {
+    Recompute recompute = Recompute::None;
+    int layers = 0;
+    int checked_chunks = 0, costed_chunks = 0;  // the ep_chunks `verdict` and `costs` are for (0: none yet)
+    std::optional<RuleViolation> verdict;
+    bool derived = false;
+    DerivedPlan d;
+    StageCosts costs;
+    size_t peaked = 0;                 // where in d.peak_stages the last plan peaked (looked at first)
+    std::array<double, 2> ceiling{};   // tokens_per_second_ceiling by linear_ce, for the ep_chunks beside it
+    std::array<int, 2> ceiling_chunks{};
+  };
+
+  Choice& choice_for() {
+    for (Choice& c : choices_)
+      if (c.recompute == p_.recompute && c.layers == p_.recompute_layers) return c;
+    Choice& c = choices_.emplace_back();
+    c.recompute = p_.recompute;
+    c.layers = p_.recompute_layers;
+    return c;
+  }
+
+  void report() const {
+    SearchProgress s{std::min(r_.candidates, total_), total_, r_.feasible, !r_.top.empty(), 0, 0};
+    if (s.has_best) {
+      s.best_tokens_per_second_per_gpu = r_.top.front().estimate.time.tokens_per_second_per_gpu;
+      s.best_tflops_per_gpu = r_.top.front().estimate.time.tflops_per_gpu;
+    }
+    progress_(s);
+  }
+
+  void visit() {
+    ++r_.candidates;
+    if (progress_ && (r_.candidates & 1023) == 0) report();
+    Choice& choice = choice_for();
+    if (choice.checked_chunks != p_.moe.ep_chunks) {
+      choice.verdict = check_plan(m_, p_);
+      choice.checked_chunks = p_.moe.ep_chunks;
+    }
+    if (choice.verdict) {
+      ++r_.rejects[static_cast<int>(choice.verdict->rule)];
+      return;
+    }
+    if (opt_.admit && !opt_.admit(p_)) {
+      ++r_.refused;
+      return;
+    }
+    ++r_.evaluated;
+    if (!choice.derived) {
+      if (!layout_derived_) {
+        layout_record_ = derive_layout(m_, p_, hw_, any_layout_ ? &layout_record_ : nullptr);
+        layout_derived_ = any_layout_ = true;
+      }
+      choice.d = layout_record_;
+      choice.derived = true;
+    }
+    derive_options(choice.d);
+    double peak = 0;
+    if (fits(choice, peak)) rank(choice, peak);
+  }
+
+  // The peak over the stages that can peak (the one that peaked last first) decides the plan. A plan that neither
+  // fits nor is the smallest so far is rejected as soon as one stage shows it; the full memory estimate is made only
+  // for a plan that is kept (the smallest, or one that joins the best or the front).
+  bool fits(Choice& choice, double& peak) {
+    const DerivedPlan& d = choice.d;
+    const double smallest = r_.smallest_peak.estimate.memory.peak_bytes;
+    peak = -1;
+    const size_t stages = d.peak_stages.size(), first = choice.peaked;
+    for (size_t i = 0; i < stages; ++i) {
+      const size_t at = (first + i) % stages;
+      const double stage_peak = stage_memory(d, cal_, d.peak_stages[at]).peak_bytes;
+      if (stage_peak > peak) peak = stage_peak, choice.peaked = at;
+      if (peak_upper_bound(peak, cal_) > budget_ && r_.any_valid && peak >= smallest) {
+        ++r_.rejects[kMemoryReject];
+        return false;
+      }
+    }
+    if (!r_.any_valid || peak < smallest) {
+      r_.any_valid = true;
+      r_.smallest_peak.plan = p_;
+      r_.smallest_peak.estimate.memory = estimate_memory(d, cal_);
+    }
+    if (peak_upper_bound(peak, cal_) > budget_) {  // fits only when the upper end of its band fits
+      ++r_.rejects[kMemoryReject];
+      return false;
+    }
+    return true;
+  }
+
+  // A plan that fits: counted, and kept when it joins the best or the front. One that could not be kept even at
+  // its ceiling rate is counted by that ceiling alone (the ranking never prefers a slower plan); only the floor of
+  // the memory objective can need its exact rate.
+  void rank(Choice& choice, double peak) {
+    const DerivedPlan& d = choice.d;
+    const int chunks = p_.moe.ep_chunks, lce = p_.linear_ce ? 1 : 0;
+    if (choice.costed_chunks != chunks) {
+      if (!moe_timed_[chunks]) moe_time_[chunks] = moe_layer_time(d, hw_, cal_), moe_timed_[chunks] = 1;
+      choice.costs = stage_costs(d, hw_, cal_, moe_time_[chunks]);
+      choice.costed_chunks = chunks;
+    }
+    if (choice.ceiling_chunks[lce] != chunks) {
+      choice.ceiling[lce] = tokens_per_second_ceiling(d, cal_, choice.costs, p_.linear_ce);
+      choice.ceiling_chunks[lce] = chunks;
+    }
+    const Score best_case{choice.ceiling[lce], peak};
+    const bool floored = opt_.objective == Objective::Memory && opt_.throughput_floor > 0;
+    if (floored && best_case.tokens_per_s < opt_.throughput_floor) return;
+    if (!floored && !joins_top(r_.top, best_case, opt_) && !joins_pareto(r_.pareto, best_case)) {
+      ++r_.feasible;
+      return;
+    }
+    TimeEstimate time = estimate_time(d, hw_, cal_, choice.costs);
+    const Score s{time.tokens_per_second_per_gpu, peak};
+    if (opt_.objective == Objective::Memory && s.tokens_per_s < opt_.throughput_floor) return;
+    ++r_.feasible;
+    if (!joins_top(r_.top, s, opt_) && !joins_pareto(r_.pareto, s)) return;
+    const Candidate c{p_, estimate(d, hw_, cal_, estimate_memory(d, cal_), std::move(time))};
+    assert(c.estimate.memory.peak_bytes == peak);  // the peak stages' peak is the peak over all stages
+    offer_top(r_.top, c, opt_);
+    offer_pareto(r_.pareto, c);
+  }
+
+  const ModelSpec& m_;
+  const PlanSpace& space_;
+  const Hardware& hw_;
+  const Calibration& cal_;
+  const SearchOptions& opt_;
+  const Progress& progress_;
+  Plan p_;
+  const double budget_;
+  const size_t total_;
+  SearchResult r_;
+  std::vector<Choice> choices_;
+  DerivedPlan layout_record_;  // the layout's part of the derived records (derive_layout), made on first use
+  bool layout_derived_ = false, any_layout_ = false;
+  std::array<MoeLayerTime, moe::kMaxChunks + 1> moe_time_;  // the layout's MoE layer per ep_chunks, for every choice
+  std::array<char, moe::kMaxChunks + 1> moe_timed_{};
+};
 
 }  // namespace
 
 SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,
                           const Calibration& cal, const SearchOptions& opt, const Progress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
-  SearchResult r;
-  const double budget = hw.hbm_bytes - opt.headroom_bytes;
-  const size_t total = space.size();
-  const int layers = static_cast<int>(m.layers.size());
-  Plan p = base;
-  // Within a layout the derived record depends only on ep_chunks and the recompute choice (sharding, loss and
-  // offload are read from the plan by the models), so each is derived once per layout and reused; its plan pointer
-  // is `p`, whose other fields the walk sets before every estimate.
-  struct Derived {
-    int chunks, layers;
-    Recompute recompute;
-    DerivedPlan d;
-  };
-  std::vector<Derived> derived;
-  auto derived_for = [&]() -> const DerivedPlan& {
-    for (const Derived& e : derived)
-      if (e.chunks == p.moe.ep_chunks && e.recompute == p.recompute && e.layers == p.recompute_layers) return e.d;
-    derived.push_back({p.moe.ep_chunks, p.recompute_layers, p.recompute, derive_plan(m, p, hw)});
-    return derived.back().d;
-  };
-  auto report = [&]() {
-    SearchProgress s{std::min(r.candidates, total), total, r.feasible, !r.top.empty(), 0, 0};
-    if (s.has_best) {
-      s.best_tokens_per_second_per_gpu = r.top.front().estimate.time.tokens_per_second_per_gpu;
-      s.best_tflops_per_gpu = r.top.front().estimate.time.tflops_per_gpu;
-    }
-    progress(s);
-  };
-  auto visit = [&]() {
-    ++r.candidates;
-    if (progress && (r.candidates & 1023) == 0) report();
-    if (auto v = check_plan(m, p)) {
-      ++r.rejects[static_cast<int>(v->rule)];
-      return;
-    }
-    if (opt.admit && !opt.admit(p)) {
-      ++r.refused;
-      return;
-    }
-    ++r.evaluated;
-    const DerivedPlan& d = derived_for();
-    MemoryEstimate mem = estimate_memory(d, cal);
-    if (!r.any_valid || mem.peak_bytes < r.smallest_peak.estimate.memory.peak_bytes) {
-      r.any_valid = true;
-      r.smallest_peak.plan = p;
-      r.smallest_peak.estimate.memory = mem;
-    }
-    if (peak_upper_bound(mem.peak_bytes, cal) > budget) {  // fits only when the upper end of its band fits
-      ++r.rejects[kMemoryReject];
-      return;
-    }
-    Candidate c{p, estimate(d, hw, cal, std::move(mem))};
-    if (opt.objective == Objective::Memory && tokens_per_s(c) < opt.throughput_floor) return;
-    ++r.feasible;
-    offer_top(r.top, c, opt);
-    offer_pareto(r.pareto, c);
-  };
-  const size_t options = OptionWalk(space).count();  // plans each layout stands for
-  for (LayoutWalk layout(space); !layout.done(); layout.next()) {
-    // Layout rules do not depend on the options: check them once with neutral options.
-    layout.apply(p);
-    p.moe.ep_chunks = 1;
-    p.recompute = Recompute::None;
-    p.recompute_layers = 0;
-    if (auto v = check_plan(m, p)) {
-      r.candidates += options;
-      r.rejects[static_cast<int>(v->rule)] += options;
-      continue;
-    }
-    const int chunk_layers = split_layers(layers, p.parallel.pp, p.parallel.vpp, p.pipeline).split.max_chunk_layers();
-    derived.clear();
-    for (OptionWalk option(space); !option.done(); option.next()) {
-      if (!option.apply(p, chunk_layers)) {
-        ++r.candidates;
-        continue;
-      }
-      visit();
-    }
-    if (progress) report();
-  }
-  std::sort(r.pareto.begin(), r.pareto.end(), [](const Candidate& a, const Candidate& b) { return peak(a) < peak(b); });
-  if (progress) report();
+  SearchResult r = Search(m, base, space, hw, cal, opt, progress).run();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
