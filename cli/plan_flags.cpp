@@ -6,6 +6,7 @@
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 
 namespace lcplan::cli {
@@ -198,7 +199,7 @@ Inputs load_inputs(Plan& plan, const std::string& calibration_override, const st
   c.model = model;
   Inputs in = load_plan_inputs(plan, data_dir(), c);
   check_plan_inputs(in, plan, /*rules=*/false);  // estimate checks the rules itself; a search's plan is not chosen yet
-  if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
+  plan.gpus_per_node = nvlink_domain_gpus(plan, in.hardware);  // what every record and emitted launch states
   return in;
 }
 

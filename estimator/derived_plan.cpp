@@ -205,6 +205,8 @@ void mark_same_stages(DerivedPlan& d) {
 
 }  // namespace
 
+int nvlink_domain_gpus(const Plan& p, const Hardware& hw) { return p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node; }
+
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
   const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision)};
   Acc a;
@@ -249,7 +251,7 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
     d.tokens_per_local_expert = d.routed_tokens * q.ep / std::max(1, m.moe.num_experts);
   }
 
-  d.gpus_per_node = p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node;
+  d.gpus_per_node = nvlink_domain_gpus(p, hw);
   d.layout = make_rank_layout(p.gpus, q.tp, q.pp, q.cp, q.ep, q.etp);
   d.tp = group_facts(d.layout, Group::TP, d.gpus_per_node);
   d.cp = group_facts(d.layout, Group::CP, d.gpus_per_node);

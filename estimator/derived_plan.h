@@ -122,6 +122,10 @@ struct DerivedPlan {
   std::pair<Recompute, int> derived_recompute{Recompute::None, -1};
 };
 
+// GPUs per NVLink domain: the plan's gpus_per_node, else the hardware profile's. The one derivation:
+// DerivedPlan::gpus_per_node holds it; the CLI and Python loaders write it into the plan they load.
+int nvlink_domain_gpus(const Plan& p, const Hardware& hw);
+
 // The plan must be valid (check_plan). `hw` supplies the node size when the plan gives none.
 DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw);
 

@@ -72,11 +72,10 @@ std::optional<RuleViolation> check_plan_sizes(const Plan& p) {
   return std::nullopt;
 }
 
-std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
-  const Parallel& q = p.parallel;
-  if (auto v = check_plan_sizes(p)) return v;
+namespace {
 
-  // Model-structure rules first: their sentences say more than a divisibility of the GPU count.
+// Heads split over tp (attention, KV, linear-attention key/value, MLA) and linear attention's heads over cp.
+std::optional<RuleViolation> head_rules(const ModelSpec& m, const Parallel& q) {
   auto heads_rule = [&](long heads, const char* what) -> std::optional<RuleViolation> {
     if (heads > 0 && heads % q.tp != 0)
       return fail(Rule::TpHeads, "tp = " + std::to_string(q.tp) + " does not divide the " + std::to_string(heads) + " " +
@@ -98,7 +97,50 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   }
   if (has_kind(m, MixerKind::MLA))
     if (auto v = heads_rule(m.mla.heads, "MLA heads")) return v;
+  return std::nullopt;
+}
 
+// The MoE options: chunk count, routing imbalance and capacity factor in range.
+std::optional<RuleViolation> moe_option_rules(const ModelSpec& m, const Plan& p) {
+  const bool moe = has_moe(m);
+  if (p.moe.ep_chunks < 1 || p.moe.ep_chunks > moe::kMaxChunks)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " is out of range (valid: 1 to " +
+                                     std::to_string(moe::kMaxChunks) + ")");
+  if (!moe && p.moe.ep_chunks > 1)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " needs a MoE model (use 1)");
+  const double tokens_per_rank = hidden_tokens(p);  // tokens each rank routes (estimator/derived_plan.h)
+  if (p.moe.ep_chunks > tokens_per_rank)
+    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " exceeds the " +
+                                     std::to_string(static_cast<long>(tokens_per_rank)) + " tokens each rank routes");
+  if (!(p.moe.routing_imbalance >= 1.0) || p.moe.routing_imbalance > 64)
+    return fail(Rule::MoeRouting, "routing_imbalance = " + std::to_string(p.moe.routing_imbalance) + " is out of range (valid: 1 to 64; 1 = balanced)");
+  if (!(p.moe.capacity_factor >= 0) || p.moe.capacity_factor > 64)
+    return fail(Rule::MoeRouting, "capacity_factor = " + std::to_string(p.moe.capacity_factor) + " is out of range (valid: 0 = dropless, or up to 64)");
+  return std::nullopt;
+}
+
+// Megatron-LM's cross-microbatch EP overlap: where its schedule exists and what it cannot pair with.
+std::optional<RuleViolation> a2a_overlap_rules(const ModelSpec& m, const Plan& p) {
+  const Parallel& q = p.parallel;
+  const bool moe = has_moe(m);
+  if (p.moe.a2a_overlap && (!moe || q.ep == 1))
+    return fail(Rule::A2aOverlap, "moe.a2a_overlap needs a MoE model with ep > 1 (there is no expert all-to-all to overlap)");
+  // Megatron-LM overlaps one microbatch's all-to-all with another's compute only in the combined 1F1B schedule,
+  // which needs pp = 1 or a virtual pipeline (megatron/training/arguments.py, --overlap-moe-expert-parallel-comm).
+  if (p.moe.a2a_overlap && q.pp > 1 && q.vpp == 1)
+    return fail(Rule::A2aOverlap, "moe.a2a_overlap needs pp = 1 or vpp > 1 (Megatron's combined 1F1B schedule); pp = " +
+                                      std::to_string(q.pp) + " with vpp = 1");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
+  const Parallel& q = p.parallel;
+  if (auto v = check_plan_sizes(p)) return v;
+
+  // Model-structure rules first: their sentences say more than a divisibility of the GPU count.
+  if (auto v = head_rules(m, q)) return v;
 
   // Divisibility step by step: the product tp*pp*cp of unchecked input can overflow even 64 bits.
   if (p.gpus % q.tp != 0 || (p.gpus / q.tp) % q.pp != 0 || (p.gpus / q.tp / q.pp) % q.cp != 0) {
@@ -138,32 +180,14 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
     return fail(Rule::BatchDivisible, "global_batch = " + std::to_string(gb) + " is not divisible by micro_batch*dp = " +
                                           std::to_string(static_cast<long>(p.micro_batch) * dp));
 
-  if (p.moe.ep_chunks < 1 || p.moe.ep_chunks > moe::kMaxChunks)
-    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " is out of range (valid: 1 to " +
-                                     std::to_string(moe::kMaxChunks) + ")");
-  if (!moe && p.moe.ep_chunks > 1)
-    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " needs a MoE model (use 1)");
-  const double tokens_per_rank = hidden_tokens(p);  // tokens each rank routes (estimator/derived_plan.h)
-  if (p.moe.ep_chunks > tokens_per_rank)
-    return fail(Rule::MoeChunks, "ep_chunks = " + std::to_string(p.moe.ep_chunks) + " exceeds the " +
-                                     std::to_string(static_cast<long>(tokens_per_rank)) + " tokens each rank routes");
-  if (!(p.moe.routing_imbalance >= 1.0) || p.moe.routing_imbalance > 64)
-    return fail(Rule::MoeRouting, "routing_imbalance = " + std::to_string(p.moe.routing_imbalance) + " is out of range (valid: 1 to 64; 1 = balanced)");
-  if (!(p.moe.capacity_factor >= 0) || p.moe.capacity_factor > 64)
-    return fail(Rule::MoeRouting, "capacity_factor = " + std::to_string(p.moe.capacity_factor) + " is out of range (valid: 0 = dropless, or up to 64)");
+  if (auto v = moe_option_rules(m, p)) return v;
 
   const long per_chunk = split.split.max_chunk_layers();
   if (p.recompute_layers < 0 || p.recompute_layers > per_chunk)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) +
                                            " is out of range (valid: 0 = all, up to the " + std::to_string(per_chunk) +
                                            " layers of a virtual stage)");
-  if (p.moe.a2a_overlap && (!moe || q.ep == 1))
-    return fail(Rule::A2aOverlap, "moe.a2a_overlap needs a MoE model with ep > 1 (there is no expert all-to-all to overlap)");
-  // Megatron-LM overlaps one microbatch's all-to-all with another's compute only in the combined 1F1B schedule,
-  // which needs pp = 1 or a virtual pipeline (megatron/training/arguments.py, --overlap-moe-expert-parallel-comm).
-  if (p.moe.a2a_overlap && q.pp > 1 && q.vpp == 1)
-    return fail(Rule::A2aOverlap, "moe.a2a_overlap needs pp = 1 or vpp > 1 (Megatron's combined 1F1B schedule); pp = " +
-                                      std::to_string(q.pp) + " with vpp = 1");
+  if (auto v = a2a_overlap_rules(m, p)) return v;
   if (p.recompute_layers > 0 && p.recompute != Recompute::Full)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) + " needs recompute = full");
   return std::nullopt;

@@ -93,10 +93,12 @@ void read_world_size(MegatronReading& r) {
 void emit_world_size(MegatronEmission& e) {
   const Plan& p = e.p;
   const int mp = p.parallel.tp * p.parallel.pp * p.parallel.cp;
-  const int node = p.gpus_per_node > 0 ? p.gpus_per_node : 8;
-  const int nodes = p.gpus > node && p.gpus % node == 0 ? p.gpus / node : 1;
-  e.comments.push_back("# world size " + std::to_string(p.gpus) + " GPUs, the launcher's (e.g. torchrun --nnodes " +
-                       std::to_string(nodes) + " --nproc-per-node " + std::to_string(p.gpus / nodes) + "); dp = " +
+  // GPUs per node as the plan's loader resolved it (estimator/derived_plan.h nvlink_domain_gpus); unknown: no split.
+  const int node = p.gpus_per_node;
+  const int nodes = node > 0 && p.gpus > node && p.gpus % node == 0 ? p.gpus / node : 1;
+  const std::string launcher = node > 0 ? " (e.g. torchrun --nnodes " + std::to_string(nodes) + " --nproc-per-node " +
+                                              std::to_string(p.gpus / nodes) + ")" : "";
+  e.comments.push_back("# world size " + std::to_string(p.gpus) + " GPUs, the launcher's" + launcher + "; dp = " +
                        std::to_string(mp > 0 ? p.gpus / mp : 0));
 }
 

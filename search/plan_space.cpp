@@ -1,6 +1,7 @@
 #include "search/plan_space.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "parallel/chunk_schedule.h"
 
@@ -23,7 +24,9 @@ bool has_moe(const ModelSpec& m) {
 PlanSpace default_space(const ModelSpec& m, const Plan& base) {
   PlanSpace s;
   const int g = base.gpus;
-  const int node = base.gpus_per_node > 0 ? base.gpus_per_node : 8;
+  // GPUs per NVLink domain, resolved when the plan was loaded (estimator/derived_plan.h nvlink_domain_gpus).
+  if (base.gpus_per_node <= 0) throw std::invalid_argument("default_space needs the plan's gpus_per_node (load_plan_inputs)");
+  const int node = base.gpus_per_node;
   s.tp = powers_of_two(std::min(node, g));                 // TP beyond a node is never worth it (collectives per layer)
   s.pp = powers_of_two(std::min(16, g));
   s.vpp = {1, 2, 4};

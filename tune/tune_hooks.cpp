@@ -9,6 +9,7 @@
 
 #include "calibrate/measurement.h"
 #include "common/json_file.h"
+#include "estimator/derived_plan.h"
 #include "common/user_error.h"
 #include "search/emit.h"
 #include "search/megatron_args.h"
@@ -30,7 +31,7 @@ std::string seconds_text(double s) {
 std::map<std::string, std::string> launch_values(const TuneSetup& s, const Plan& p, const fs::path& run_dir,
                                                  const RunFiles& files, const std::string& plan_file,
                                                  const std::string& id) {
-  const int node = p.gpus_per_node > 0 ? std::min(p.gpus_per_node, p.gpus) : p.gpus;
+  const int node = std::min(nvlink_domain_gpus(p, s.hardware), p.gpus);
   const std::string mflags = megatron_flags_line(p, s.model);
   return {{"plan", shell_quote(plan_file)},       {"out", shell_quote(files.out)},
           {"log", shell_quote(files.log)},        {"run_dir", shell_quote(run_dir.string())},
