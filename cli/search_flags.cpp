@@ -66,7 +66,7 @@ SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
     base.pipeline = {};
     if (!start.global_batch_given) base.global_batch = 0;
   }
-  Inputs in = load_inputs(base, flags.calibration, start.model);
+  Inputs in = load_inputs(base, flags.calibration, start.model, /*search=*/true);
   if (flags.global_batch.empty() && base.global_batch == 0) base.global_batch = base.gpus;  // one sequence per GPU
   SearchOptions opt;
   const double hbm_gib = in.hardware.hbm_bytes / double(1 << 30);

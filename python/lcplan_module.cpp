@@ -243,6 +243,7 @@ py::dict search_py(const py::kwargs& kw) {
 
   InputChoices choices;
   if (a.count("calibration")) choices.calibration = str_of(a.at("calibration"), "calibration");
+  choices.search = true;  // unset performance switches at the framework's recommended values, as `lcplan search`
   const PlanInputs in = load_plan_inputs(plan, data_dir(), choices);
   check_plan_inputs(in, plan, /*rules=*/false);  // the search chooses the free dimensions
   const ModelSpec& model = in.model;

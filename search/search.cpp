@@ -109,6 +109,7 @@ SearchResult search_plans(const ModelSpec& m, const Plan& base, const PlanSpace&
     // Layout rules do not depend on the options: check them once with neutral options.
     layout.apply(p);
     p.moe.ep_chunks = 1;
+    p.moe.a2a_overlap = false;
     p.recompute = Recompute::None;
     p.recompute_layers = 0;
     if (auto v = check_plan(m, p)) {

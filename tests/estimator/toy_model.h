@@ -40,7 +40,6 @@ inline Calibration bare_calibration() {
   c.logits_bytes_per_element = 4;
   c.linear_ce_vocab_tile = 100;
   c.fsdp_prefetch_units = 1;
-  c.main_grad_bytes = 4;
   return c;
 }
 
