@@ -372,7 +372,7 @@ FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibrat
   const std::vector<Datum> data = data_of(cases);
   Problem pr{cases, data, make_params(cases, data, priors, opt.spec), start, opt.spec};
   size_t free_params = pr.params.size();
-  if (free_params > data.size())
+  if (opt.require_determined && free_params > data.size())
     throw UserError("cannot fit " + std::to_string(free_params) + " free coefficients to " + std::to_string(data.size()) +
                     " measured values (give at least as many measured values as coefficients, or fewer keys)");
   FitResult res;

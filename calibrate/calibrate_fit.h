@@ -41,6 +41,9 @@ struct FitOptions {
   std::string source;             // provenance label of the data, e.g. "data/validation/megatron-bridge-h100-runs.json"
   bool leave_one_out = true;
   int max_iterations = 100;
+  // Refuse more free coefficients than measured values. Validation's leave-a-group-out refits turn it off: there the
+  // priors hold what the rows left do not identify (a band of 11 long-context rows cannot refit every coefficient).
+  bool require_determined = true;
 };
 
 enum class Quantity { PeakBytes, StepSeconds, TflopsPerGpu };

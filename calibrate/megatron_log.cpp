@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
+#include <string>
 
 #include "common/user_error.h"
 
@@ -129,6 +131,64 @@ std::optional<MegatronMemory> memory_line(const std::string& line) {
 
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
+// The plan's word for a size Megatron reports at startup, by the name on its "using world size" line or in its
+// argument dump; nullptr for others.
+const char* startup_size_name(const std::string& key) {
+  static const std::pair<const char*, const char*> names[] = {
+      {"using world size", "gpus"},           {"world_size", "gpus"},
+      {"tensor-model-parallel size", "tp"},   {"tensor_model_parallel_size", "tp"},
+      {"pipeline-model-parallel size", "pp"}, {"pipeline_model_parallel_size", "pp"},
+      {"context-parallel size", "cp"},        {"context_parallel_size", "cp"},
+      {"expert_model_parallel_size", "ep"},   {"expert_tensor_parallel_size", "etp"},
+      {"seq_length", "seq_len"},              {"micro_batch_size", "micro_batch"}};
+  for (const auto& [k, v] : names)
+    if (key == k) return v;
+  return nullptr;
+}
+
+// Sizes on a startup line: "using world size: 32, ... tensor-model-parallel size: 1, ..." or a dump line
+// "  tensor_model_parallel_size ...................... 2".
+void startup_sizes(const std::string& line, int line_no, std::vector<MegatronStartupSize>& out) {
+  auto put = [&](const std::string& key, const std::string& value) {
+    const char* name = startup_size_name(trim(key));
+    size_t i = 0;
+    const std::string v = trim(value);
+    if (!name) return;
+    if (const auto n = read_long(v, i); n && i == v.size()) out.push_back({name, *n, line_no});
+  };
+  if (const size_t at = line.find("using world size:"); at != std::string::npos) {
+    std::string rest = line.substr(at);
+    for (size_t b = 0; b <= rest.size();) {
+      size_t e = rest.find(',', b);
+      if (e == std::string::npos) e = rest.size();
+      const std::string part = rest.substr(b, e - b);
+      if (const size_t c = part.find(':'); c != std::string::npos) put(part.substr(0, c), part.substr(c + 1));
+      b = e + 1;
+    }
+    return;
+  }
+  if (const size_t dots = line.find(" ....."); dots != std::string::npos) {
+    const size_t end = line.find_first_not_of('.', dots + 1);
+    if (end != std::string::npos) {
+      const size_t word = line.find_last_of(" :]", dots - 1);
+      put(line.substr(word == std::string::npos ? 0 : word + 1, dots - (word == std::string::npos ? 0 : word + 1)), line.substr(end));
+    }
+  }
+}
+
+// The plan's value of a startup size (dp is not compared: it follows from the rest).
+long plan_size(const Plan& p, const std::string& name) {
+  const Parallel& q = p.parallel;
+  if (name == "gpus") return p.gpus;
+  if (name == "tp") return q.tp;
+  if (name == "pp") return q.pp;
+  if (name == "cp") return q.cp;
+  if (name == "ep") return q.ep;
+  if (name == "etp") return q.etp;
+  if (name == "seq_len") return long(p.seq_len);
+  return p.micro_batch;
+}
+
 // The exception line of a Python traceback: "<dotted.Name>Error: ..." or "...Exception: ...".
 std::optional<std::string> exception_line(const std::string& line) {
   for (const char* kind : {"Error", "Exception", "Interrupt"}) {
@@ -194,6 +254,7 @@ MegatronLog parse_megatron_log(const std::string& text) {
     b = e + 1;
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    startup_sizes(line, line_no, log.startup);
     if (auto it = iteration_line(line)) {
       it->line = line_no;
       log.iterations.push_back(*it);
@@ -241,6 +302,107 @@ MegatronLog parse_megatron_log(const std::string& text) {
   return log;
 }
 
+namespace {
+
+// The logged iterations after the warm-up ones (none when an out-of-memory run logged too few).
+std::vector<const MegatronIteration*> measured_iterations(const MegatronLog& log, const IngestOptions& opt, bool oom) {
+  std::vector<const MegatronIteration*> used;
+  if (log.iterations.empty()) return used;
+  const size_t n = log.iterations.size();
+  if (opt.skip_iterations < 0 || size_t(opt.skip_iterations) >= n) {
+    if (!oom)
+      throw UserError(opt.file + " has " + std::to_string(n) + " iteration lines, all skipped by --skip-iterations " +
+                      std::to_string(opt.skip_iterations) + " (valid: 0 to " + std::to_string(n - 1) + ")");
+    return used;
+  }
+  for (size_t i = size_t(opt.skip_iterations); i < n; ++i) used.push_back(&log.iterations[i]);
+  return used;
+}
+
+// The run must be the plan's: the sizes it reports at startup and the global batch of every iteration used.
+void check_run_is_the_plan(const MegatronLog& log, const std::vector<const MegatronIteration*>& used, const Plan& plan,
+                           const std::string& file) {
+  std::set<std::string> compared;  // the first report of each size is the run's own
+  for (const MegatronStartupSize& s : log.startup)
+    if (compared.insert(s.name).second && plan_size(plan, s.name) != s.value)
+      throw UserError(file + ": the run reports " + s.name + " " + std::to_string(s.value) + " (line " +
+                      std::to_string(s.line) + ") but the plan's " + s.name + " is " +
+                      std::to_string(plan_size(plan, s.name)) + " (give the plan this run was launched with)");
+  const long plan_batch = effective_global_batch(plan);
+  for (const MegatronIteration* it : used)
+    if (it->global_batch && *it->global_batch != plan_batch)
+      throw UserError(file + ": global batch size " + std::to_string(*it->global_batch) + " at iteration " +
+                      std::to_string(it->iteration) + " disagrees with the plan's global_batch " + std::to_string(plan_batch) +
+                      " (give the plan of this run)");
+}
+
+// Median step time and TFLOP/s/GPU of the iterations used.
+void add_iterations(const std::vector<const MegatronIteration*>& used, const IngestOptions& opt, nlohmann::json& rec,
+                    nlohmann::json& source, std::vector<std::string>& notes) {
+  if (used.empty()) return;
+  std::vector<double> ms, tflops, tokens;
+  long bad = 0;
+  for (const MegatronIteration* it : used) {
+    ms.push_back(it->elapsed_ms);
+    if (it->tflops_per_gpu) tflops.push_back(*it->tflops_per_gpu);
+    if (it->tokens_per_gpu) tokens.push_back(*it->tokens_per_gpu);
+    bad += it->skipped + it->nan;
+  }
+  rec["step_seconds"] = median(ms) / 1e3;
+  if (!tflops.empty()) rec["tflops_per_gpu"] = median(tflops);
+  else notes.push_back("no TFLOP/s field in the iteration lines (Megatron prints it with --log-throughput)");
+  source["iterations"] = {used.front()->iteration, used.back()->iteration};
+  source["logged_iterations_used"] = used.size();
+  source["logged_iterations_skipped"] = opt.skip_iterations;
+  notes.push_back("median of " + std::to_string(used.size()) + " logged iterations (" + std::to_string(used.front()->iteration) +
+                  " to " + std::to_string(used.back()->iteration) + ") after skipping the first " +
+                  std::to_string(opt.skip_iterations) + ": " + num(median(ms), "%.1f") + " ms per iteration" +
+                  (tokens.empty() ? std::string() : ", " + num(median(tokens), "%.1f") + " tokens/s/GPU"));
+  if (bad > 0) notes.push_back(std::to_string(bad) + " skipped or NaN iterations inside the intervals used");
+}
+
+// The largest max-allocated and max-reserved over the ranks' memory lines.
+void add_memory(const MegatronLog& log, bool oom, nlohmann::json& rec, nlohmann::json& source,
+                std::vector<std::string>& notes) {
+  if (log.memory.empty()) {
+    if (!oom) notes.push_back("no memory lines (Megatron prints them once per rank after the first logged iteration)");
+    return;
+  }
+  const MegatronMemory* top = &log.memory.front();
+  const MegatronMemory* top_reserved = &log.memory.front();
+  std::vector<int> ranks;
+  for (const MegatronMemory& m : log.memory) {
+    if (m.max_allocated_mib > top->max_allocated_mib) top = &m;
+    if (m.max_reserved_mib > top_reserved->max_reserved_mib) top_reserved = &m;
+    if (std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end()) ranks.push_back(m.rank);
+  }
+  constexpr double MiB = 1024.0 * 1024.0;
+  if (top->max_allocated_mib > 0) rec["peak_bytes"] = top->max_allocated_mib * MiB;
+  if (top_reserved->max_reserved_mib > 0) rec["peak_reserved_bytes"] = top_reserved->max_reserved_mib * MiB;
+  source["peak_rank"] = top->rank;
+  source["peak_reserved_rank"] = top_reserved->rank;
+  source["memory_ranks"] = ranks.size();
+  notes.push_back("peak = max allocated " + num(top->max_allocated_mib, "%.2f") + " MiB on rank " + std::to_string(top->rank) +
+                  " (largest of " + std::to_string(ranks.size()) + " ranks); max reserved " +
+                  num(top_reserved->max_reserved_mib, "%.2f") + " MiB on rank " + std::to_string(top_reserved->rank));
+}
+
+// How the run ended: out of memory (the plan did not fit), or a later failure after the iterations used.
+void add_failure(const MegatronLog& log, bool oom, bool measured, nlohmann::json& rec, std::vector<std::string>& notes) {
+  if (oom) {
+    rec["status"] = "out_of_memory";
+    rec["failure"] = log.failure_reason;
+    notes.push_back("the run ran out of CUDA memory at line " + std::to_string(log.failure_line) +
+                    (measured ? ", after the iterations measured" : " before any measured iteration") +
+                    ": the plan did not fit");
+  } else if (log.failure != RunFailure::None) {
+    notes.push_back("the run failed later, at line " + std::to_string(log.failure_line) + " (" + to_string(log.failure) + ": " +
+                    first_sentence(log.failure_reason) + "); the iterations before it are used");
+  }
+}
+
+}  // namespace
+
 nlohmann::json megatron_measurement(const MegatronLog& log, const Plan& plan, const IngestOptions& opt) {
   const std::string& file = opt.file;
   std::vector<std::string> notes;
@@ -254,81 +416,13 @@ nlohmann::json megatron_measurement(const MegatronLog& log, const Plan& plan, co
                            "(ms): ...\" every --log-interval; is it the log of rank 0?)");
   if (log.truncated_last_line) notes.push_back("the last line was cut off (no newline) and ignored");
 
-  nlohmann::json rec;
-  rec["id"] = opt.id;
+  nlohmann::json rec = {{"id", opt.id}, {"plan", plan_to_json(plan)}, {"scope", "step"}};
   nlohmann::json source = {{"kind", "megatron-log"}, {"file", file}};
-  rec["plan"] = plan_to_json(plan);
-  rec["scope"] = "step";
-
-  std::vector<const MegatronIteration*> used;
-  if (!log.iterations.empty()) {
-    const size_t n = log.iterations.size();
-    if (opt.skip_iterations < 0 || size_t(opt.skip_iterations) >= n) {
-      if (!oom)
-        throw UserError(file + " has " + std::to_string(n) + " iteration lines, all skipped by --skip-iterations " +
-                        std::to_string(opt.skip_iterations) + " (valid: 0 to " + std::to_string(n - 1) + ")");
-    } else {
-      for (size_t i = size_t(opt.skip_iterations); i < n; ++i) used.push_back(&log.iterations[i]);
-    }
-  }
-  const long plan_batch = effective_global_batch(plan);
-  for (const MegatronIteration* it : used)
-    if (it->global_batch && *it->global_batch != plan_batch)
-      throw UserError(file + ": global batch size " + std::to_string(*it->global_batch) + " at iteration " +
-                      std::to_string(it->iteration) + " disagrees with the plan's global_batch " + std::to_string(plan_batch) +
-                      " (give the plan of this run)");
-  if (!used.empty()) {
-    std::vector<double> ms, tflops, tokens;
-    long bad = 0;
-    for (const MegatronIteration* it : used) {
-      ms.push_back(it->elapsed_ms);
-      if (it->tflops_per_gpu) tflops.push_back(*it->tflops_per_gpu);
-      if (it->tokens_per_gpu) tokens.push_back(*it->tokens_per_gpu);
-      bad += it->skipped + it->nan;
-    }
-    rec["step_seconds"] = median(ms) / 1e3;
-    if (!tflops.empty()) rec["tflops_per_gpu"] = median(tflops);
-    else notes.push_back("no TFLOP/s field in the iteration lines (Megatron prints it with --log-throughput)");
-    source["iterations"] = {used.front()->iteration, used.back()->iteration};
-    source["logged_iterations_used"] = used.size();
-    source["logged_iterations_skipped"] = opt.skip_iterations;
-    notes.push_back("median of " + std::to_string(used.size()) + " logged iterations (" + std::to_string(used.front()->iteration) +
-                    " to " + std::to_string(used.back()->iteration) + ") after skipping the first " +
-                    std::to_string(opt.skip_iterations) + ": " + num(median(ms), "%.1f") + " ms per iteration" +
-                    (tokens.empty() ? std::string() : ", " + num(median(tokens), "%.1f") + " tokens/s/GPU"));
-    if (bad > 0) notes.push_back(std::to_string(bad) + " skipped or NaN iterations inside the intervals used");
-  }
-  if (!log.memory.empty()) {
-    const MegatronMemory* top = &log.memory.front();
-    const MegatronMemory* top_reserved = &log.memory.front();
-    std::vector<int> ranks;
-    for (const MegatronMemory& m : log.memory) {
-      if (m.max_allocated_mib > top->max_allocated_mib) top = &m;
-      if (m.max_reserved_mib > top_reserved->max_reserved_mib) top_reserved = &m;
-      if (std::find(ranks.begin(), ranks.end(), m.rank) == ranks.end()) ranks.push_back(m.rank);
-    }
-    constexpr double MiB = 1024.0 * 1024.0;
-    if (top->max_allocated_mib > 0) rec["peak_bytes"] = top->max_allocated_mib * MiB;
-    if (top_reserved->max_reserved_mib > 0) rec["peak_reserved_bytes"] = top_reserved->max_reserved_mib * MiB;
-    source["peak_rank"] = top->rank;
-    source["peak_reserved_rank"] = top_reserved->rank;
-    source["memory_ranks"] = ranks.size();
-    notes.push_back("peak = max allocated " + num(top->max_allocated_mib, "%.2f") + " MiB on rank " + std::to_string(top->rank) +
-                    " (largest of " + std::to_string(ranks.size()) + " ranks); max reserved " +
-                    num(top_reserved->max_reserved_mib, "%.2f") + " MiB on rank " + std::to_string(top_reserved->rank));
-  } else if (!oom) {
-    notes.push_back("no memory lines (Megatron prints them once per rank after the first logged iteration)");
-  }
-  if (oom) {
-    rec["status"] = "out_of_memory";
-    rec["failure"] = log.failure_reason;
-    notes.push_back("the run ran out of CUDA memory at line " + std::to_string(log.failure_line) +
-                    (used.empty() ? " before any measured iteration" : ", after the iterations measured") +
-                    ": the plan did not fit");
-  } else if (log.failure != RunFailure::None) {
-    notes.push_back("the run failed later, at line " + std::to_string(log.failure_line) + " (" + to_string(log.failure) + ": " +
-                    first_sentence(log.failure_reason) + "); the iterations before it are used");
-  }
+  const std::vector<const MegatronIteration*> used = measured_iterations(log, opt, oom);
+  check_run_is_the_plan(log, used, plan, file);
+  add_iterations(used, opt, rec, source, notes);
+  add_memory(log, oom, rec, source, notes);
+  add_failure(log, oom, !used.empty(), rec, notes);
   if (!rec.contains("step_seconds") && !rec.contains("peak_bytes") && !oom)
     throw UserError(file + " has no usable iteration or memory values");
   rec["source"] = source;

@@ -41,7 +41,17 @@ struct MegatronMemory {
 enum class RunFailure { None, OutOfMemory, Nccl, Traceback };
 const char* to_string(RunFailure f);
 
+// A size the run reported about itself at startup: Megatron's "using world size: 32, data-parallel size: 32,
+// context-parallel size: 1, tensor-model-parallel size: 1, pipeline-model-parallel size: 1" line
+// (megatron/training/arguments.py validate_args) and its argument dump ("  tensor_model_parallel_size ..... 2").
+struct MegatronStartupSize {
+  std::string name;  // the plan's word: gpus, tp, pp, cp, ep, etp, seq_len, micro_batch
+  long value = 0;
+  int line = 0;
+};
+
 struct MegatronLog {
+  std::vector<MegatronStartupSize> startup;  // in the order printed (the first of each name is compared)
   std::vector<MegatronIteration> iterations;
   std::vector<MegatronMemory> memory;
   bool truncated_last_line = false;  // the text did not end with a newline: its last line was cut off and ignored
@@ -64,7 +74,8 @@ struct IngestOptions {
 // kept in `source`), `max reserved` as peak_reserved_bytes. A run that ran out of CUDA memory gets
 // "status": "out_of_memory" and its reason in "failure" (the plan did not fit); lcplan calibrate skips such
 // records. Throws UserError, one sentence naming the file, for: no iteration lines, a run that failed (traceback,
-// NCCL error) before its first logged iteration, every iteration skipped, a global batch other than the plan's.
+// NCCL error) before its first logged iteration, every iteration skipped, a global batch other than the plan's, a
+// startup size (world size, TP, PP, CP, EP, expert TP, sequence length, micro batch) other than the plan's.
 nlohmann::json megatron_measurement(const MegatronLog& log, const Plan& plan, const IngestOptions& opt);
 
 }  // namespace lcplan

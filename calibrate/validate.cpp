@@ -80,6 +80,7 @@ void predict_left_out(const std::vector<MeasuredCase>& cases, const Calibration&
   FitOptions o;
   o.spec = spec;
   o.leave_one_out = false;
+  o.require_determined = false;  // the priors hold what the rows left out do not identify
   Calibration fitted;
   try {
     fitted = fit_calibration(rest, start, priors, o).calibration;
@@ -94,6 +95,16 @@ void predict_left_out(const std::vector<MeasuredCase>& cases, const Calibration&
 
 std::string model_of(const MeasuredCase& c) { return c.meas.plan.model; }
 std::string hardware_of(const MeasuredCase& c) { return c.hw.name; }
+std::string context_of(const MeasuredCase& c) { return context_band(double(c.meas.plan.seq_len)); }
+
+// The groups a validation leaves out in turn, the way users meet lcplan: a new model, a new machine, a new context.
+struct LeaveOut {
+  std::string (*group_of)(const MeasuredCase&);
+  double ValidationRow::*predicted;
+};
+constexpr LeaveOut kLeaveOuts[] = {{model_of, &ValidationRow::lomo_predicted},
+                                   {hardware_of, &ValidationRow::loho_predicted},
+                                   {context_of, &ValidationRow::lobo_predicted}};
 
 std::vector<GroupError> group_errors(const std::vector<ValidationRow>& rows, std::string ValidationRow::*key,
                                      double (ValidationRow::*oos)() const, const char* label) {
@@ -111,9 +122,18 @@ std::vector<GroupError> group_errors(const std::vector<ValidationRow>& rows, std
 
 }  // namespace
 
+std::string context_band(double seq_len) {
+  if (seq_len <= 8192) return "<=8K";
+  if (seq_len <= 32768) return "16-32K";
+  return ">=64K";
+}
+
 ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const std::vector<Measurement>& not_modelled,
-                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt) {
+                                  const Calibration& profile, const Calibration& priors, const ValidateOptions& opt,
+                                  const std::vector<MeasuredCase>& out_of_memory) {
   ValidationReport rep;
+  for (const MeasuredCase& c : out_of_memory)
+    rep.out_of_memory.push_back({c.meas.id, c.meas.plan.model, c.hw.name, predict(c, Quantity::PeakBytes, profile), c.hw.hbm_bytes});
   for (const Measurement& m : not_modelled) rep.not_modelled.emplace_back(m.id, m.not_modelled);
   std::vector<std::pair<size_t, Quantity>> index;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -123,12 +143,13 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
       r.id = c.meas.id;
       r.model = c.meas.plan.model;
       r.hardware = c.hw.name;
+      r.context = context_of(c);
       r.precision = to_string(c.meas.plan.precision);
       r.implementation = c.meas.plan.implementation;
       r.quantity = q;
       r.measured = measured_of(c.meas, q);
       r.predicted = predict(c, q, profile);
-      r.lomo_predicted = r.loho_predicted = kNaN;
+      r.lomo_predicted = r.loho_predicted = r.lobo_predicted = kNaN;
       r.fitted = fitted_case(c);
       r.note = c.meas.superseded_by.empty() ? "" : "superseded by " + c.meas.superseded_by;
       rep.rows.push_back(r);
@@ -141,15 +162,15 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
                       "\" records no fit, so it cannot be refitted without a group (use --no-refit, or a profile made by lcplan calibrate)");
     const FitSpec spec = fit_spec_from_json(profile.fit);
     const Calibration start = refit_start(profile, priors, spec);
-    std::set<std::string> models, hardware;
-    for (const MeasuredCase& c : cases) models.insert(model_of(c)), hardware.insert(hardware_of(c));
-    for (const std::string& m : models)
-      predict_left_out(cases, start, priors, spec, m, model_of, rep.rows, &ValidationRow::lomo_predicted, index);
-    for (const std::string& h : hardware)
-      predict_left_out(cases, start, priors, spec, h, hardware_of, rep.rows, &ValidationRow::loho_predicted, index);
+    for (const LeaveOut& lo : kLeaveOuts) {
+      std::set<std::string> groups;
+      for (const MeasuredCase& c : cases) groups.insert(lo.group_of(c));
+      for (const std::string& g : groups)
+        predict_left_out(cases, start, priors, spec, g, lo.group_of, rep.rows, lo.predicted, index);
+    }
     rep.refitted = true;
   }
-  std::vector<double> t_in, t_lomo, t_loho, m_in;
+  std::vector<double> t_in, t_lomo, t_loho, t_lobo, m_in;
   for (const ValidationRow& r : rep.rows) {
     if (!r.fitted) continue;
     if (r.quantity == Quantity::PeakBytes) {
@@ -158,6 +179,7 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
       t_in.push_back(r.error());
       t_lomo.push_back(r.lomo_error());
       t_loho.push_back(r.loho_error());
+      t_lobo.push_back(r.lobo_error());
     }
   }
   rep.time_rows = int(t_in.size());
@@ -165,9 +187,11 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
   rep.time_in_sample = mean_abs(t_in);
   rep.time_lomo = mean_abs(t_lomo);
   rep.time_loho = mean_abs(t_loho);
+  rep.time_lobo = mean_abs(t_lobo);
   rep.memory_in_sample = mean_abs(m_in);
   rep.by_model = group_errors(rep.rows, &ValidationRow::model, &ValidationRow::lomo_error, "model");
   rep.by_hardware = group_errors(rep.rows, &ValidationRow::hardware, &ValidationRow::loho_error, "hardware");
+  rep.by_context = group_errors(rep.rows, &ValidationRow::context, &ValidationRow::lobo_error, "context");
   // The band an estimate carries: out-of-sample residuals when refitted (what a new run meets), else in sample.
   std::vector<double> time_res;
   for (size_t k = 0; k < t_in.size(); ++k) time_res.push_back(rep.refitted ? t_lomo[k] : t_in[k]);
@@ -186,34 +210,46 @@ std::string validation_table(const ValidationReport& r) {
     else std::snprintf(b, sizeof b, "-");
     return std::string(b);
   };
-  std::snprintf(line, sizeof line, "%-22s %-18s %-12s %-6s %-9s %10s %10s %8s %8s %8s  %s\n", "id", "model", "hardware",
-                "prec", "quantity", "measured", "predicted", "error", "lomo", "loho", "note");
+  auto unsigned_pct = [&](double x) { return std::isfinite(x) ? pct(x).substr(1) : std::string("-"); };
+  std::snprintf(line, sizeof line, "%-22s %-18s %-12s %-6s %-9s %10s %10s %8s %8s %8s %8s  %s\n", "id", "model",
+                "hardware", "prec", "quantity", "measured", "predicted", "error", "lomo", "loho", "lobo", "note");
   out += line;
   for (const ValidationRow& v : r.rows) {
     const double scale = v.quantity == Quantity::PeakBytes ? 1e-9 : 1.0;
     const char* q = v.quantity == Quantity::PeakBytes ? "peak GB" : v.quantity == Quantity::StepSeconds ? "step s" : "TFLOP/s";
-    std::snprintf(line, sizeof line, "%-22.22s %-18.18s %-12.12s %-6s %-9s %10.4g %10.4g %8s %8s %8s  %s\n", v.id.c_str(),
-                  v.model.c_str(), v.hardware.c_str(), v.precision.c_str(), q, v.measured * scale, v.predicted * scale,
-                  pct(v.error()).c_str(), pct(v.lomo_error()).c_str(), pct(v.loho_error()).c_str(), v.note.c_str());
+    std::snprintf(line, sizeof line, "%-22.22s %-18.18s %-12.12s %-6s %-9s %10.4g %10.4g %8s %8s %8s %8s  %s\n",
+                  v.id.c_str(), v.model.c_str(), v.hardware.c_str(), v.precision.c_str(), q, v.measured * scale,
+                  v.predicted * scale, pct(v.error()).c_str(), pct(v.lomo_error()).c_str(), pct(v.loho_error()).c_str(),
+                  pct(v.lobo_error()).c_str(), v.note.c_str());
     out += line;
   }
   for (const auto& [id, why] : r.not_modelled) {
     std::snprintf(line, sizeof line, "%-22.22s not modelled: %s\n", id.c_str(), why.c_str());
     out += line;
   }
+  for (const FitCheck& f : r.out_of_memory) {
+    std::snprintf(line, sizeof line, "%-22.22s ran out of memory; predicted peak %.1f GiB %s the %.1f GiB of %s: %s\n",
+                  f.id.c_str(), f.predicted_peak / (1 << 30), f.predicted_fits() ? "within" : "above",
+                  f.capacity / (1 << 30), f.hardware.c_str(),
+                  f.predicted_fits() ? "the estimate said it fits" : "as predicted");
+    out += line;
+  }
   out += "\nmean |error| over the newest report of each configuration:\n";
-  std::snprintf(line, sizeof line, "  time (%d rows): in sample %.1f%%, leave one model out %s, leave one hardware out %s\n",
-                r.time_rows, 100 * r.time_in_sample, r.refitted ? pct(r.time_lomo).substr(1).c_str() : "not run",
-                r.refitted ? pct(r.time_loho).substr(1).c_str() : "not run");
+  std::snprintf(line, sizeof line,
+                "  time (%d rows): in sample %.1f%%, leave one model out %s, leave one hardware out %s, leave one "
+                "context band out %s\n",
+                r.time_rows, 100 * r.time_in_sample, r.refitted ? unsigned_pct(r.time_lomo).c_str() : "not run",
+                r.refitted ? unsigned_pct(r.time_loho).c_str() : "not run",
+                r.refitted ? unsigned_pct(r.time_lobo).c_str() : "not run");
   out += line;
   if (r.memory_rows > 0) {
     std::snprintf(line, sizeof line, "  peak memory (%d rows): in sample %.1f%%\n", r.memory_rows, 100 * r.memory_in_sample);
     out += line;
   }
-  for (const auto* groups : {&r.by_model, &r.by_hardware})
+  for (const auto* groups : {&r.by_model, &r.by_hardware, &r.by_context})
     for (const GroupError& g : *groups) {
       std::snprintf(line, sizeof line, "  %-32s %3d rows: in sample %5.1f%%, left out %s\n", g.group.c_str(), g.rows,
-                    100 * g.in_sample, r.refitted ? (pct(g.out_of_sample).substr(1)).c_str() : "-");
+                    100 * g.in_sample, r.refitted ? unsigned_pct(g.out_of_sample).c_str() : "-");
       out += line;
     }
   std::snprintf(line, sizeof line, "  error band (10th-90th percentile): time %+.1f%% .. %+.1f%%, memory %+.1f%% .. %+.1f%%\n",
@@ -237,8 +273,14 @@ nlohmann::json validation_json(const ValidationReport& r) {
                     {"error", num(v.error())},
                     {"lomo_predicted", num(v.lomo_predicted)},
                     {"loho_predicted", num(v.loho_predicted)},
+                    {"lobo_predicted", num(v.lobo_predicted)},
+                    {"context", v.context},
                     {"fitted", v.fitted},
                     {"note", v.note}});
+  nlohmann::json oom = nlohmann::json::array();
+  for (const FitCheck& f : r.out_of_memory)
+    oom.push_back({{"id", f.id}, {"model", f.model}, {"hardware", f.hardware}, {"predicted_peak_bytes", f.predicted_peak},
+                   {"capacity_bytes", f.capacity}, {"predicted_fits", f.predicted_fits()}});
   nlohmann::json nm = nlohmann::json::array();
   for (const auto& [id, why] : r.not_modelled) nm.push_back({{"id", id}, {"reason", why}});
   auto groups = [&](const std::vector<GroupError>& gs) {
@@ -248,16 +290,19 @@ nlohmann::json validation_json(const ValidationReport& r) {
     return a;
   };
   return {{"rows", rows},
+          {"out_of_memory", oom},
           {"not_modelled", nm},
           {"summary",
            {{"time_rows", r.time_rows},
             {"time_in_sample", num(r.time_in_sample)},
             {"time_leave_one_model_out", num(r.time_lomo)},
             {"time_leave_one_hardware_out", num(r.time_loho)},
+            {"time_leave_one_context_band_out", num(r.time_lobo)},
             {"memory_rows", r.memory_rows},
             {"memory_in_sample", num(r.memory_in_sample)},
             {"by_model", groups(r.by_model)},
             {"by_hardware", groups(r.by_hardware)},
+            {"by_context", groups(r.by_context)},
             {"time_band", {{"low", r.time_band.low}, {"high", r.time_band.high}, {"points", r.time_band.points}}},
             {"memory_band", {{"low", r.memory_band.low}, {"high", r.memory_band.high}, {"points", r.memory_band.points}}}}}};
 }

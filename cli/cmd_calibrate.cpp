@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "calibrate/calibrate_fit.h"
+#include "cli/commands.h"
 #include "cli/plan_flags.h"
 #include "common/data_dir.h"
 #include "common/json_file.h"
@@ -37,13 +38,18 @@ std::vector<std::string> split_keys(const std::string& s) {
 }
 }  // namespace
 
-std::vector<MeasuredCase> load_cases(const std::vector<std::string>& files, std::vector<Measurement>* not_modelled) {
-  std::vector<Measurement> all;
+std::vector<MeasuredCase> load_cases(const std::vector<std::string>& files, std::vector<Measurement>* not_modelled,
+                                     std::vector<MeasuredCase>* out_of_memory) {
+  std::vector<Measurement> all, oom;
   for (const std::string& f : files) {
     std::vector<Measurement> ms = load_measurements(f);
     for (Measurement& m : ms) {
-      // A run that ran out of memory measured nothing to fit or predict: it says the plan does not fit.
+      // A run that ran out of memory measured nothing to fit: it says the plan does not fit, which validate checks.
       if (m.status != MeasurementStatus::Ok) {
+        if (out_of_memory && m.not_modelled.empty()) {
+          oom.push_back(std::move(m));
+          continue;
+        }
         if (m.not_modelled.empty()) m.not_modelled = "the run did not complete (" + m.failure + ")";
         if (not_modelled) not_modelled->push_back(m);
         continue;
@@ -52,6 +58,7 @@ std::vector<MeasuredCase> load_cases(const std::vector<std::string>& files, std:
       all.push_back(std::move(m));
     }
   }
+  if (out_of_memory) *out_of_memory = resolve_measurements(oom, data_dir(), not_modelled);
   return resolve_measurements(all, data_dir(), not_modelled);
 }
 

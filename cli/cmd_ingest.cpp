@@ -63,7 +63,7 @@ void register_ingest(CLI::App& app, int& exit_code) {
   cmd->add_flag("--append", a->append, "keep the measurements already in --out and add these");
   cmd->callback([a, &exit_code]() {
     const int skip = cli::parse_int_in(a->skip, "--skip-iterations", 0, 1000000);
-    Plan plan = plan_from_json(read_json_file(a->plan, "plan file"));
+    Plan plan = load_plan_file(a->plan);
     {
       // The records must be accepted by lcplan calibrate: the plan must name a model and hardware and be valid.
       const cli::Inputs in = cli::load_inputs(plan, "");

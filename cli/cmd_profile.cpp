@@ -155,7 +155,7 @@ Setup prepare(const ProfileArgs& a, const comm::Comm& world, int ranks_per_node)
 
   const bool quick = a.quick;
   if (!a.plan.empty()) {
-    Plan p = plan_from_json(read_json_file(a.plan, "plan file"));
+    Plan p = load_plan_file(a.plan);
     const ModelSpec m = model_for_plan(load_model(p.model, dir), p);
     const Hardware plan_hw = load_hardware(p.hardware, dir);
     if (p.gpus_per_node == 0) p.gpus_per_node = plan_hw.gpus_per_node;

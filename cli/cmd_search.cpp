@@ -1,4 +1,5 @@
 // lcplan search: the fastest plans that fit, the Pareto front, and the reduced recipe.
+#include <climits>
 #include <cstdio>
 #include <memory>
 
@@ -16,9 +17,22 @@ namespace {
 struct SearchArgs {
   PlanFlags plan;
   SearchFlags search;
-  std::string emit, out;
+  std::string emit, out, out_plan = "1";
   bool json = false, explain_rejects = false;
 };
+
+// The plan --out writes: the N-th best (1-based) or the reduced recipe; one sentence when there is no such plan.
+const Candidate& chosen_for_out(const std::string& which, const SearchResult& r, const ReducedRecipe& recipe) {
+  if (which == "reduced") {
+    if (!recipe.found) throw UserError("--out-plan reduced: the reduced recipe found no valid plan that fits (see the search's table)");
+    return recipe.plan;
+  }
+  const int n = parse_int_in(which, "--out-plan", 1, INT_MAX);
+  if (size_t(n) > r.top.size())
+    throw UserError("--out-plan " + which + " is beyond the " + std::to_string(r.top.size()) +
+                    " best plans (valid: 1 to " + std::to_string(r.top.size()) + ", or reduced; --top lists more)");
+  return r.top[size_t(n - 1)];
+}
 
 }  // namespace
 
@@ -30,6 +44,8 @@ void register_search(CLI::App& app, int& exit_code) {
   cmd->add_flag("--explain-rejects", a->explain_rejects, "count rejected plans per rule");
   cmd->add_flag("--json", a->json, "print the search record as JSON");
   cmd->add_option("--out", a->out, "write the best plan as recipe.json (accepted by estimate --plan and the executor)");
+  cmd->add_option("--out-plan", a->out_plan,
+                  "which plan --out writes: N (the N-th best, default 1) or reduced (the reduced recipe)");
   cmd->add_option("--emit", a->emit, "megatron: print Megatron-LM flags for the best plan");
   cmd->callback([a, &exit_code]() {
     if (!a->emit.empty() && a->emit != "megatron")
@@ -39,7 +55,7 @@ void register_search(CLI::App& app, int& exit_code) {
     const ReducedRecipe& recipe = run.recipe;
     const Inputs& in = run.in;
     const Candidate& best = r.top.front();
-    if (!a->out.empty()) write_file_atomic(a->out, plan_to_json(best.plan).dump(2) + "\n");
+    if (!a->out.empty()) write_plan_file(a->out, chosen_for_out(a->out_plan, r, recipe).plan);
     if (a->json) std::printf("%s\n", search_json(r, recipe).dump(2).c_str());
     else std::fputs(search_table(r, recipe, a->explain_rejects, 8).c_str(), stdout);
     if (a->emit == "megatron") {

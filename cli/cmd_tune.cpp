@@ -209,7 +209,7 @@ int write_outcome(const TuneArgs& a, const TuneState& state, const TuneOutcome& 
   const TuneRun& chosen = state.runs[size_t(outcome.chosen_run - 1)];
   std::printf("chosen: run %d, %s, measured %s (the fastest measured)\n", chosen.index,
               plan_label(chosen.ranked.plan).c_str(), seconds_text(*chosen.measured.step_seconds).c_str());
-  if (!a.out.empty()) write_file_atomic(a.out, plan_to_json(chosen.ranked.plan).dump(2) + "\n");
+  if (!a.out.empty()) write_plan_file(a.out, chosen.ranked.plan);
   if (!a.calibration_out.empty()) {
     nlohmann::json j = calibration_to_json(state.calibration);
     j["name"] = "tuned";

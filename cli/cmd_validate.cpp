@@ -14,7 +14,6 @@
 
 namespace lcplan {
 
-std::vector<MeasuredCase> load_cases(const std::vector<std::string>& files, std::vector<Measurement>* not_modelled);
 
 namespace {
 // The profile file's own description, kept when the profile is rewritten with its bands.
@@ -64,6 +63,7 @@ void register_validate(CLI::App& app, int& exit_code) {
     if (!args->run.measured.empty()) {
       if (args->run.plan.empty()) throw UserError("--measured needs --plan, the recipe.json the run was launched with");
       args->run.calibration = args->calibration;
+      args->run.json = args->json;
 #ifdef LCPLAN_WITH_EXECUTOR
       std::fputs(validate_run(args->run, dir).c_str(), stdout);
       exit_code = 0;
@@ -85,15 +85,18 @@ void register_validate(CLI::App& app, int& exit_code) {
     const double max_in = limit(args->max_in_sample, "--max-in-sample"), max_lomo = limit(args->max_lomo, "--max-lomo"),
                  max_mem = limit(args->max_memory, "--max-memory");
     std::vector<Measurement> not_modelled;
-    const std::vector<MeasuredCase> cases = load_cases(args->measurements, &not_modelled);
-    if (cases.empty()) throw UserError("no measurement lcplan can model was given (every one is marked not_modelled)");
+    std::vector<MeasuredCase> out_of_memory;
+    const std::vector<MeasuredCase> cases = load_cases(args->measurements, &not_modelled, &out_of_memory);
+    if (cases.empty() && out_of_memory.empty())
+      throw UserError("no measurement lcplan can model was given (every one is marked not_modelled)");
     const Calibration profile = load_calibration(args->calibration, dir);
-    for (const MeasuredCase& c : cases) require_known_implementation(profile, c.meas.plan.implementation);
+    for (const std::vector<MeasuredCase>* cs : {&cases, static_cast<const std::vector<MeasuredCase>*>(&out_of_memory)})
+      for (const MeasuredCase& c : *cs) require_known_implementation(profile, c.meas.plan.implementation);
     const Calibration priors = load_calibration(args->priors, dir);
     ValidateOptions opt;
-    opt.refit = !args->no_refit;
+    opt.refit = !args->no_refit && !cases.empty();
     for (const std::string& f : args->measurements) opt.source += (opt.source.empty() ? "" : ", ") + f;
-    const ValidationReport r = validate_profile(cases, not_modelled, profile, priors, opt);
+    const ValidationReport r = validate_profile(cases, not_modelled, profile, priors, opt, out_of_memory);
     const nlohmann::json j = validation_json(r);
     if (!args->out.empty()) write_file_atomic(args->out, j.dump(2) + "\n");
     if (!args->out_profile.empty()) {

@@ -18,7 +18,7 @@
 namespace lcplan {
 
 std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir) {
-  const Plan recipe = plan_from_json(read_json_file(a.plan, "plan file"));
+  const Plan recipe = load_plan_file(a.plan);
   const std::vector<Measurement> ms = load_measurements(a.measured);
   const ModelSpec full = load_model(recipe.model, data_dir);
   nlohmann::json all = nlohmann::json::array();

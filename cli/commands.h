@@ -2,8 +2,11 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "calibrate/measurement.h"
 
 namespace lcplan::cli {
 
@@ -12,6 +15,7 @@ void register_estimate(CLI::App& app, int& exit_code);
 void register_search(CLI::App& app, int& exit_code);
 void register_report(CLI::App& app, int& exit_code);
 void register_tune(CLI::App& app, int& exit_code);  // cli/cmd_tune.cpp
+void register_diff(CLI::App& app, int& exit_code);  // cli/cmd_diff.cpp (built with the executor's scale rules)
 
 }  // namespace lcplan::cli
 
@@ -19,6 +23,11 @@ namespace lcplan {
 void register_calibrate(CLI::App& app, int& exit_code);  // cli/cmd_calibrate.cpp
 void register_validate(CLI::App& app, int& exit_code);   // cli/cmd_validate.cpp
 void register_ingest(CLI::App& app, int& exit_code);     // cli/cmd_ingest.cpp
+
+// The measured runs of `files` resolved (cli/cmd_calibrate.cpp): rows marked not_modelled, and runs that did not
+// complete when `out_of_memory` is null, go to `not_modelled`; out-of-memory runs go to `out_of_memory` when given.
+std::vector<MeasuredCase> load_cases(const std::vector<std::string>& files, std::vector<Measurement>* not_modelled,
+                                     std::vector<MeasuredCase>* out_of_memory = nullptr);
 
 // cli/cmd_validate_run.cpp (built with the executor): `lcplan validate --plan recipe.json --measured measured.json
 // [--implementation P] [--calibration C] [--json]`.

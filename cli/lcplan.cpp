@@ -105,6 +105,14 @@ int main(int argc, char** argv) {
   lcplan::register_calibrate(app, exit_code);
   lcplan::register_validate(app, exit_code);
   lcplan::register_ingest(app, exit_code);
+#ifdef LCPLAN_WITH_EXECUTOR
+  lcplan::cli::register_diff(app, exit_code);
+#endif
+  // lcplan --version: the release and the commit it was built from (CMake reads it when the build is configured).
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("lcplan %s (commit %s)\n", LCPLAN_VERSION, LCPLAN_GIT_COMMIT);
+    return 0;
+  }
 #ifdef LCPLAN_HAVE_PROFILER
   std::string command = "lcplan";
   for (int i = 1; i < argc; ++i) {

@@ -4,6 +4,7 @@
 //   mpirun -np <gpus> lcplan-exec --plan recipe.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda]
 //                                 [--seed S] [--timeout SECONDS] [--phase-trace trace.json] [--cupti]
 //                                 --out measured.json
+//   lcplan-exec --help              the usage (Options::print_usage), exit 0
 // Bad input: one sentence on every rank, exit 2, no output file. A rank that fails mid-step: every rank prints one
 // sentence (the failing rank its error, the others "rank R failed: ..."), exit 1, no output file; waits on peers
 // are bounded by --timeout (comm::Watchdog), so the job never hangs.
@@ -46,14 +47,6 @@ namespace {
 
 using lcplan::UserError;
 
-struct Args {
-  std::string plan, out, backend = "cpu", phase_trace;
-  int steps = 1, layers = 0, scale = 1;
-  unsigned long long seed = 1;
-  double timeout = 600;
-  bool cupti = false;
-};
-
 const char* kUsage =
     "lcplan-exec --plan recipe.json --out measured.json [--steps N] [--layers N] [--scale K] [--backend cpu|cuda] "
     "[--seed S] [--timeout SECONDS] [--phase-trace trace.json] [--cupti]";
@@ -71,47 +64,85 @@ long long to_int(const std::string& flag, const std::string& v, long long lo, lo
   return x;
 }
 
-Args parse(int argc, char** argv) {
-  Args a;
-  bool have_out = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    if (f == "--help" || f == "-h") throw UserError(std::string("usage: ") + kUsage);
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw UserError(f + " needs a value (" + kUsage + ")");
-      return argv[++i];
-    };
-    if (f == "--plan") a.plan = value();
-    else if (f == "--out") {
-      a.out = value();
-      have_out = true;
-    } else if (f == "--steps") a.steps = int(to_int(f, value(), 1, 1000000));
-    else if (f == "--layers") a.layers = int(to_int(f, value(), 0, 100000));
-    else if (f == "--scale") a.scale = int(to_int(f, value(), 1, 4096));
-    else if (f == "--seed") a.seed = (unsigned long long)to_int(f, value(), 0, (1LL << 62));
-    else if (f == "--timeout") a.timeout = double(to_int(f, value(), 1, 86400));
-    else if (f == "--phase-trace") a.phase_trace = value();
-    else if (f == "--cupti") a.cupti = true;
-    else if (f == "--backend") {
-      a.backend = value();
-      if (a.backend != "cpu" && a.backend != "cuda")
-        throw UserError("--backend " + a.backend + " is not a backend (valid: cpu, cuda)");
-    } else {
-      throw UserError("unknown argument \"" + f + "\" (" + kUsage + ")");
+// The command line (CUTLASS examples' Options: parse, then print_usage on --help).
+struct Options {
+  bool help = false;
+  std::string plan, out, backend = "cpu", phase_trace;
+  int steps = 1, layers = 0, scale = 1;
+  unsigned long long seed = 1;
+  double timeout = 600;
+  bool cupti = false;
+
+  // Reads argv; a bad or missing flag throws UserError naming it. --help only sets `help`.
+  void parse(int argc, char** argv) {
+    bool have_out = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string f = argv[i];
+      if (f == "--help" || f == "-h") {
+        help = true;
+        return;
+      }
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0)
+          throw UserError(f + " needs a value (" + kUsage + ")");
+        return argv[++i];
+      };
+      if (f == "--plan") plan = value();
+      else if (f == "--out") {
+        out = value();
+        have_out = true;
+      } else if (f == "--steps") steps = int(to_int(f, value(), 1, 1000000));
+      else if (f == "--layers") layers = int(to_int(f, value(), 0, 100000));
+      else if (f == "--scale") scale = int(to_int(f, value(), 1, 4096));
+      else if (f == "--seed") seed = (unsigned long long)to_int(f, value(), 0, (1LL << 62));
+      else if (f == "--timeout") timeout = double(to_int(f, value(), 1, 86400));
+      else if (f == "--phase-trace") phase_trace = value();
+      else if (f == "--cupti") cupti = true;
+      else if (f == "--backend") {
+        backend = value();
+        if (backend != "cpu" && backend != "cuda")
+          throw UserError("--backend " + backend + " is not a backend (valid: cpu, cuda)");
+      } else {
+        throw UserError("unknown argument \"" + f + "\" (" + kUsage + ")");
+      }
+    }
+    check(have_out);
+  }
+
+  void print_usage(std::FILE* to) const {
+    std::fprintf(to,
+                 "usage: mpirun -np <plan gpus> %s\n"
+                 "Runs training steps of a plan on CPUs (or GPUs) and writes its measurement record "
+                 "(executor/README.md).\n"
+                 "  --plan FILE          the plan (recipe JSON, lcplan search --out)\n"
+                 "  --out FILE           the measurement record (lcplan validate --measured)\n"
+                 "  --steps N            training steps (default 1)\n"
+                 "  --scale K            divide widths, heads, experts and sequence by K (default 1)\n"
+                 "  --layers N           the first N decoder layers of each kind (default 0: all)\n"
+                 "  --backend cpu|cuda   where the step runs (default cpu)\n"
+                 "  --seed S             weights and data (default 1)\n"
+                 "  --timeout SECONDS    bound on every wait for a peer (default 600)\n"
+                 "  --phase-trace FILE   each rank's phases as a Chrome trace\n"
+                 "  --cupti              CUPTI device time per phase (with --backend cuda)\n"
+                 "  --help               this text\n",
+                 kUsage);
+  }
+
+ private:
+  // The flags that need one another, after every flag is read.
+  void check(bool have_out) const {
+    if (plan.empty()) throw UserError(std::string("--plan is required (") + kUsage + ")");
+    if (cupti && backend != "cuda")
+      throw UserError("--cupti traces the GPU backend's kernels per phase; use it with --backend cuda (--backend is " +
+                      backend + ")");
+    if (!have_out) throw UserError(std::string("--out is required (") + kUsage + ")");
+    if (!phase_trace.empty()) {
+      std::error_code e1, e2;
+      if (std::filesystem::weakly_canonical(phase_trace, e1) == std::filesystem::weakly_canonical(out, e2))
+        throw UserError("--phase-trace " + phase_trace + " is the --out file; give the trace its own path");
     }
   }
-  if (a.plan.empty()) throw UserError(std::string("--plan is required (") + kUsage + ")");
-  if (a.cupti && a.backend != "cuda")
-    throw UserError("--cupti traces the GPU backend's kernels per phase; use it with --backend cuda (--backend is " +
-                    a.backend + ")");
-  if (!have_out) throw UserError(std::string("--out is required (") + kUsage + ")");
-  if (!a.phase_trace.empty()) {
-    std::error_code e1, e2;
-    if (std::filesystem::weakly_canonical(a.phase_trace, e1) == std::filesystem::weakly_canonical(a.out, e2))
-      throw UserError("--phase-trace " + a.phase_trace + " is the --out file; give the trace its own path");
-  }
-  return a;
-}
+};
 
 #ifdef LCPLAN_EXEC_HAVE_CUDA
 // --backend cuda on this rank: a device to run it on (the GPU backend runs whatever the CPU backend runs).
@@ -211,6 +242,28 @@ lcplan::exec::ExecResult run_cuda(const lcplan::comm::Comm&, const lcplan::exec:
 }
 #endif
 
+// Rank 0's files: the phase trace (--phase-trace), then the measurement record; a record on disk means the whole run
+// succeeded.
+void write_outputs(const Options& a, const lcplan::exec::ScaledCase& sc, const lcplan::exec::ExecOptions& o,
+                   const lcplan::exec::ExecResult& r, const nlohmann::json& cupti) {
+  lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
+  if (!cupti.is_null()) m.executor["cupti_phases"] = cupti;
+  if (!a.phase_trace.empty()) {
+    std::vector<int> stages;
+    size_t n = 0;
+    for (const lcplan::exec::RankReport& rr : r.ranks) stages.push_back(rr.stage);
+    for (const auto& s : r.segments) n += s.size();
+    lcplan::write_file_atomic(a.phase_trace, lcplan::exec::phase_trace_json(r.segments, stages).dump() + "\n");
+    std::printf("lcplan-exec: phase trace of %zu segments on %zu ranks (chrome://tracing, ui.perfetto.dev); "
+                "wrote %s\n", n, r.segments.size(), a.phase_trace.c_str());
+  }
+  // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
+  lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
+  std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",
+              m.id.c_str(), *m.loss, *m.grad_norm, *m.step_seconds, *m.peak_bytes / 1048576.0, *m.peak_rank,
+              lcplan::to_string(*m.peak_phase), a.out.c_str());
+}
+
 // LCPLAN_EXEC_FAIL=rank:phase (tests): that rank throws when that phase first begins (in the first step).
 void fail_hook(lcplan::exec::ExecOptions& o, int rank) {
   const char* v = std::getenv("LCPLAN_EXEC_FAIL");
@@ -257,15 +310,27 @@ int main(int argc, char** argv) {
   try {
     world = lcplan::comm::world_mpi();
     world.watchdog = &wd;
-    Args a;
+    Options a;
     lcplan::exec::ScaledCase sc;
     lcplan::exec::ExecOptions o;
     std::string err;
+    try {
+      a.parse(argc, argv);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    lcplan::comm::raise_if_any(world, err);
+    if (a.help) {  // every rank read the same argv
+      if (world.rank == 0) a.print_usage(stdout);
+      lcplan::comm::free_comm(world);
+      MPI_Comm_free(&wd.notices);
+      MPI_Finalize();
+      return 0;
+    }
     try {  // every rank checks its input; one verdict for all (a file one rank cannot read must not strand the rest)
-      a = parse(argc, argv);
       wd.timeout_seconds = a.timeout;
       const std::string dir = lcplan::data_dir();
-      const lcplan::Plan plan = lcplan::plan_from_json(lcplan::read_json_file(a.plan, "plan file"));
+      const lcplan::Plan plan = lcplan::load_plan_file(a.plan);
       const lcplan::ModelSpec model = lcplan::load_model(plan.model, dir);
       if (const std::string e = lcplan::exec::executor_support_error(model, plan); !e.empty()) throw UserError(e);
       sc = lcplan::exec::executor_case(model, plan, {a.scale, a.layers});
@@ -290,24 +355,7 @@ int main(int argc, char** argv) {
     nlohmann::json cupti;
     const lcplan::exec::ExecResult r = a.backend == "cuda" ? run_cuda(world, sc, o, a.cupti, &cupti)
                                                            : lcplan::exec::run_executor(world, sc.model, sc.plan, o);
-    if (world.rank == 0) {
-      lcplan::Measurement m = lcplan::exec::measurement_record(sc, o, r, lcplan::exec::host_description());
-      if (!cupti.is_null()) m.executor["cupti_phases"] = cupti;
-      if (!a.phase_trace.empty()) {  // before the record: a record on disk means the whole run succeeded
-        std::vector<int> stages;
-        size_t n = 0;
-        for (const lcplan::exec::RankReport& rr : r.ranks) stages.push_back(rr.stage);
-        for (const auto& s : r.segments) n += s.size();
-        lcplan::write_file_atomic(a.phase_trace, lcplan::exec::phase_trace_json(r.segments, stages).dump() + "\n");
-        std::printf("lcplan-exec: phase trace of %zu segments on %zu ranks (chrome://tracing, ui.perfetto.dev); "
-                    "wrote %s\n", n, r.segments.size(), a.phase_trace.c_str());
-      }
-      // A measurements file of one record: `lcplan calibrate --measurements` and `lcplan validate` read it as is.
-      lcplan::write_file_atomic(a.out, nlohmann::json::array({lcplan::measurement_to_json(m)}).dump(2) + "\n");
-      std::printf("lcplan-exec: %s: loss %.6f, grad norm %.6g, step %.3f s, peak %.1f MiB (rank %d, %s); wrote %s\n",
-                  m.id.c_str(), *m.loss, *m.grad_norm, *m.step_seconds, *m.peak_bytes / 1048576.0, *m.peak_rank,
-                  lcplan::to_string(*m.peak_phase), a.out.c_str());
-    }
+    if (world.rank == 0) write_outputs(a, sc, o, r, cupti);
     lcplan::comm::free_comm(world);
     MPI_Comm_free(&wd.notices);
     MPI_Finalize();

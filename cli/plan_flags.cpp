@@ -6,6 +6,7 @@
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/hardware.h"
 
 namespace lcplan::cli {
 
@@ -49,7 +50,10 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_option("--megatron-args-file", f.megatron_args_file,
                 "a Megatron-LM launch script (the pretrain_*.py / torchrun command is read) to start from");
   c->add_option("--model", f.model, "zoo name (see `lcplan models`) or path to a Hugging Face config.json");
-  c->add_option("--hardware", f.hardware, "hardware profile (data/hardware: h100-sxm-80gb, h800, h200, a100-sxm-80gb, b200, gb200-nvl72) or JSON path");
+  // The shipped profiles as the data folder holds them, so the help never lags behind data/hardware.
+  std::string profiles;
+  for (const std::string& n : hardware_names(data_dir())) profiles += (profiles.empty() ? "" : ", ") + n;
+  c->add_option("--hardware", f.hardware, "hardware profile (data/hardware: " + profiles + "; default h100-sxm-80gb) or JSON path");
   c->add_option("--gpus", f.gpus, "total GPUs");
   c->add_option("--gpus-per-node", f.gpus_per_node, "GPUs per node / NVLink domain (default: the hardware profile's)");
   c->add_option("--seq", f.seq, "sequence length in tokens (131072, 128k, 1M)");
@@ -166,7 +170,7 @@ int single(const std::string& text, const std::string& flag, bool allow_lists, i
 Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   Plan p;
   p.assumed = kPlanDefaultFields;  // what no flag sets takes the implementation's defaults
-  if (!f.plan_file.empty()) p = plan_from_json(read_json_file(f.plan_file, "plan file"));
+  if (!f.plan_file.empty()) p = load_plan_file(f.plan_file);
   return apply_plan_flags(p, f, allow_lists);
 }
 
@@ -290,9 +294,16 @@ Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
   }
   if (!f.capacity_factor.empty())
     p.moe.capacity_factor = parse_number(f.capacity_factor, "--capacity-factor", -HUGE_VAL, HUGE_VAL, "0 = dropless, or up to 64");
+  // A plan file that gives the field as 0 is told so: "use --seq" would not say what is wrong with the file.
+  const std::string in_file = f.plan_file.empty() ? "" : f.plan_file + " gives ";
   if (p.model.empty()) throw UserError("no model given (use --model NAME or --plan recipe.json; `lcplan models` lists the zoo)");
-  if (p.gpus == 0) throw UserError("no GPU count given (use --gpus N)");
-  if (p.seq_len == 0) throw UserError("no sequence length given (use --seq, e.g. --seq 128k)");
+  if (p.gpus == 0)
+    throw UserError(in_file.empty() ? "no GPU count given (use --gpus N)"
+                                    : in_file + "no GPU count (\"gpus\" absent or 0; valid: 1 or more, or use --gpus N)");
+  if (p.seq_len == 0)
+    throw UserError(in_file.empty() ? "no sequence length given (use --seq, e.g. --seq 128k)"
+                                    : in_file + "no sequence length (\"seq_len\" absent or 0; valid: tokens per sequence "
+                                                "such as 131072 or \"128k\", or use --seq)");
   return p;
 }
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <set>
 
+#include "common/json_file.h"
 #include "common/user_error.h"
 #include "models/model_spec.h"
 
@@ -432,6 +434,47 @@ nlohmann::json plan_to_json(const Plan& p) {
   write_run_settings(p, j);
   j["implementation"] = p.implementation;
   return j;
+}
+
+namespace {
+
+// A model or hardware value that names a file rather than a zoo entry or shipped profile.
+bool names_a_path(const std::string& v) { return v.find('/') != std::string::npos || v.ends_with(".json"); }
+
+// `v` (relative to the working directory) re-expressed relative to `dir`.
+std::string relative_to(const std::string& v, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  if (!names_a_path(v) || fs::path(v).is_absolute()) return v;
+  std::error_code ec;
+  const fs::path rel = fs::relative(fs::absolute(v), fs::absolute(dir), ec);
+  return ec || rel.empty() ? fs::absolute(v).string() : rel.string();
+}
+
+// `v` as stored in a recipe in `dir`, as a path the working directory can open.
+std::string resolved_from(const std::string& v, const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  if (!names_a_path(v) || fs::path(v).is_absolute()) return v;
+  const fs::path beside = dir / v;
+  std::error_code ec;
+  return fs::exists(beside, ec) ? beside.lexically_normal().string() : v;
+}
+
+}  // namespace
+
+Plan load_plan_file(const std::string& path) {
+  Plan p = plan_from_json(read_json_file(path, "plan file"));
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  p.model = resolved_from(p.model, dir);
+  p.hardware = resolved_from(p.hardware, dir);
+  return p;
+}
+
+void write_plan_file(const std::string& path, const Plan& plan) {
+  Plan p = plan;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  p.model = relative_to(p.model, dir.empty() ? "." : dir);
+  p.hardware = relative_to(p.hardware, dir.empty() ? "." : dir);
+  write_file_atomic(path, plan_to_json(p).dump(2) + "\n");
 }
 
 }  // namespace lcplan

@@ -109,4 +109,11 @@ int64_t parse_size(const std::string& text, const std::string& what);
 Plan plan_from_json(const nlohmann::json& j);
 nlohmann::json plan_to_json(const Plan& p);
 
+// Recipe files travel: a model or hardware given as a relative path (a config.json, a hardware JSON) is stored
+// relative to the recipe file's folder and read back relative to it, so `estimate --plan` works from anywhere.
+// (A file written before this rule, whose path was relative to where the search ran, is still read from there when
+// nothing exists beside the recipe.) Zoo and profile names are kept as they are.
+Plan load_plan_file(const std::string& path);
+void write_plan_file(const std::string& path, const Plan& p);
+
 }  // namespace lcplan

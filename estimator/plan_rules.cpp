@@ -137,7 +137,7 @@ std::optional<RuleViolation> cuda_graph_rule(const ModelSpec& m, const Plan& p) 
 
 }  // namespace
 
-std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
+std::optional<RuleViolation> check_plan_sizes(const Plan& p) {
   const Parallel& q = p.parallel;
   const std::pair<const char*, long> positives[] = {
       {"gpus", p.gpus}, {"seq_len", static_cast<long>(p.seq_len)}, {"micro_batch", p.micro_batch},
@@ -150,6 +150,12 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   constexpr int kMaxGpus = 1 << 20;
   if (p.gpus > kMaxGpus)
     return fail(Rule::Positive, "gpus = " + std::to_string(p.gpus) + " is out of range (valid: 1 to " + std::to_string(kMaxGpus) + ")");
+  return std::nullopt;
+}
+
+std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
+  const Parallel& q = p.parallel;
+  if (auto v = check_plan_sizes(p)) return v;
 
   // Model-structure rules first: their sentences say more than a divisibility of the GPU count.
   auto heads_rule = [&](long heads, const char* what) -> std::optional<RuleViolation> {

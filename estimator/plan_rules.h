@@ -39,6 +39,10 @@ struct RuleViolation {
   std::string message;  // one sentence naming the value and what would be valid
 };
 
+// The plan's sizes and counts (gpus, seq_len, micro_batch and the parallel sizes at least 1, gpus in range): the
+// Positive rule alone, which a search's base plan must pass before its layout is chosen.
+std::optional<RuleViolation> check_plan_sizes(const Plan& p);
+
 // First rule the plan breaks, or nothing. Pure and cheap: the search calls it for every candidate.
 std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p);
 

@@ -130,11 +130,109 @@ struct Builder {
 
 float fan_in(double n) { return float(std::sqrt(3.0 / std::max(1.0, n))); }  // uniform with variance 1 / fan_in
 
+// Full attention's tensors: this rank's heads of the q, gate, k, v projections and o_proj, q/k norms, biases.
+void add_attention(Builder& b, const ModelSpec& m, const Dims& d) {
+  LayerOffsets& o = b.u.off;
+  const size_t H = d.H, t = d.tp_rank;
+  // Whole-model widths (the initialiser's scale) and this rank's heads: q, gate, k, v column blocks.
+  const size_t qg = size_t(m.attn.heads) * d.hd, kvg = size_t(m.attn.kv_heads) * d.hd;
+  const size_t ql = d.q_cols(), kvl = d.kv_cols(), gq = d.gate ? 2 : 1;
+  std::vector<Span> cols = {{t * ql, ql}};
+  if (d.gate) cols.push_back({qg + t * ql, ql});
+  cols.push_back({gq * qg + t * kvl, kvl});
+  cols.push_back({gq * qg + kvg + t * kvl, kvl});
+  o.w_qkv = b.col_par("w_qkv", H, gq * qg + 2 * kvg, cols, fan_in(H));
+  // q/k/v biases (GLM-4.5 attention_bias; gated models have none): column-parallel like the weight. Initialised
+  // non-zero (HF zeroes them) so that their gradients are tested.
+  if (d.qkv_bias) o.b_qkv = b.add("b_qkv", gq * qg + 2 * kvg, {{0, 1}}, cols, Init::Uniform, 0.1f);
+  o.wo = b.row_par("w_o", {{t * ql, ql}}, H, fan_in(qg));
+  if (d.qk_norm) {
+    o.q_norm = b.vec("q_norm", d.hd, Init::Ones, 0);
+    o.k_norm = b.vec("k_norm", d.hd, Init::Ones, 0);
+  }
+}
+
+// Gated DeltaNet's tensors: in_proj, conv1d, the gates' parameters, the gated norm and out_proj, split by heads.
+void add_gated_deltanet(Builder& b, const ModelSpec& m, const Dims& d) {
+  LayerOffsets& o = b.u.off;
+  const size_t H = d.H, t = d.tp_rank;
+  // in_proj columns [q | k | v | z | b | a] and conv1d channels [q | k | v], each split by heads.
+  const size_t kg = size_t(m.linear.key_heads) * d.dk, vg = size_t(m.linear.value_heads) * d.dv;
+  const size_t lvg = m.linear.value_heads, kl = d.kdim(), vl = d.vdim(), lvl = d.lv;
+  o.w_in = b.col_par("w_in", H, 2 * kg + 2 * vg + 2 * lvg,
+                     {{t * kl, kl}, {kg + t * kl, kl}, {2 * kg + t * vl, vl}, {2 * kg + vg + t * vl, vl},
+                      {2 * kg + 2 * vg + t * lvl, lvl}, {2 * kg + 2 * vg + lvg + t * lvl, lvl}},
+                     fan_in(H));
+  o.conv = b.add("conv1d", d.conv, {{t * kl, kl}, {kg + t * kl, kl}, {2 * kg + t * vl, vl}}, {{0, size_t(d.conv)}},
+                 Init::Uniform, fan_in(d.conv));
+  o.a_log = b.vec("A_log", lvg, Init::ALog, 0);
+  o.dt_bias = b.vec("dt_bias", lvg, Init::DtBias, 0);
+  o.gnorm = b.vec("gated_norm", d.dv, Init::Ones, 0);
+  o.w_out = b.row_par("w_out", {{t * vl, vl}}, H, fan_in(vg));
+}
+
+// Multi-head latent attention's tensors.
+void add_mla(Builder& b, const ModelSpec& m, const Dims& d) {
+  LayerOffsets& o = b.u.off;
+  const size_t H = d.H, t = d.tp_rank;
+  // MLA (DeepSeek-V3, HF DeepseekV3Attention): down-projections and their norms whole on every TP rank, the
+  // up-projections column-parallel by heads, o_proj row-parallel. q / q_b columns per head [rope | nope] (a
+  // permutation of HF's [nope | rope]: attention sums over the dims, so the model is the same), kv_b columns per
+  // head [k_nope | v].
+  const size_t hg = m.mla.heads, hl = d.hq, qk = d.hd, kvb = size_t(d.mla_nope + d.mla_vd), vd = d.mla_vd;
+  const size_t ql = d.mla_ql, kvl = d.mla_kvl, kva = size_t(d.mla_kvl + d.mla_rope);
+  if (ql > 0) {
+    o.mla_qa = b.add("mla_q_a", ql, {{0, H}}, {{0, ql}}, Init::Uniform, fan_in(H), false, true);
+    o.mla_qa_norm = b.vec("mla_q_a_norm", ql, Init::Ones, 0);
+    o.mla_q = b.col_par("mla_q_b", ql, hg * qk, {{t * hl * qk, hl * qk}}, fan_in(ql));
+  } else {
+    o.mla_q = b.col_par("mla_q", H, hg * qk, {{t * hl * qk, hl * qk}}, fan_in(H));
+  }
+  o.mla_kva = b.add("mla_kv_a", kva, {{0, H}}, {{0, kva}}, Init::Uniform, fan_in(H), false, true);
+  o.mla_kv_norm = b.vec("mla_kv_a_norm", kvl, Init::Ones, 0);
+  o.mla_kvb = b.col_par("mla_kv_b", kvl, hg * kvb, {{t * hl * kvb, hl * kvb}}, fan_in(kvl));
+  o.wo = b.row_par("w_o", {{t * hl * vd, hl * vd}}, H, fan_in(hg * vd));
+}
+
+// The dense SwiGLU MLP: fc1 column-parallel ([gate | up]), fc2 row-parallel.
+void add_mlp(Builder& b, const ModelSpec& m, const Dims& d) {
+  LayerOffsets& o = b.u.off;
+  const size_t H = d.H, t = d.tp_rank;
+  const size_t Fg = m.dense_ffn, Fl = d.F;
+  o.mlp_w1 = b.col_par("mlp_w1", H, 2 * Fg, {{t * Fl, Fl}, {Fg + t * Fl, Fl}}, fan_in(H));
+  o.mlp_w2 = b.row_par("mlp_w2", {{t * Fl, Fl}}, H, fan_in(Fg));
+}
+
+// The MoE FFN: router, expert bias, the shared expert (TP-sharded) and this rank's experts (EP, ETP shards).
+void add_moe(Builder& b, const ModelSpec& m, const Dims& d, const ModelShard& sh) {
+  LayerOffsets& o = b.u.off;
+  const size_t H = d.H, t = d.tp_rank;
+  const moe::MoeConfig& c = d.moe;
+  const size_t E = c.experts, F = c.expert_ffn, L = E / sh.ep_size;
+  const size_t Sg = size_t(m.moe.shared_experts) * m.moe.shared_ffn, Sl = d.shared_local;
+  // +-1/sqrt(H): every expert's router vector has the same norm, so at initialisation no expert is favoured
+  // and routing is balanced in expectation (the estimator's routing_imbalance = 1).
+  o.router = b.vec("router", H * E, Init::Sign, float(1.0 / std::sqrt(double(H))));
+  if (c.router == moe::Router::SigmoidGroupLimited) o.expert_bias = b.vec("expert_bias", E, Init::Zero, 0);
+  if (Sg > 0) {
+    o.shared_w1 = b.col_par("shared_w1", H, 2 * Sg, {{t * Sl, Sl}, {Sg + t * Sl, Sl}}, fan_in(H));
+    o.shared_w2 = b.row_par("shared_w2", {{t * Sl, Sl}}, H, fan_in(Sg));
+  }
+  if (d.shared_gate) o.shared_gate = b.vec("shared_gate", H, Init::Uniform, fan_in(H));
+  // This rank's experts (global first .. first + L - 1) and, under expert tensor parallelism, its share of each
+  // expert's FFN columns ([gate | up] halves of w1, rows of w2).
+  const size_t first = size_t(sh.ep_rank) * L, Fe = F / sh.etp_size, f0 = size_t(sh.etp_rank) * Fe;
+  o.w1 = b.add("experts_w1", 2 * F, {{first * H, L * H}}, {{f0, Fe}, {F + f0, Fe}}, Init::Uniform, fan_in(H), true);
+  std::vector<Span> w2_rows;
+  for (size_t e = 0; e < L; ++e) w2_rows.push_back({(first + e) * F + f0, Fe});
+  o.w2 = b.add("experts_w2", H, w2_rows, {{0, H}}, Init::Uniform, fan_in(F), true);
+}
+
 }  // namespace
 
 std::vector<UnitLayout> model_units(const ModelSpec& m, const Dims& d, const ModelShard& sh) {
   std::vector<UnitLayout> units;
-  const size_t H = d.H, t = d.tp_rank;
+  const size_t H = d.H;
   {
     Builder b;
     b.u.kind = UnitKind::Embedding;
@@ -150,84 +248,13 @@ std::vector<UnitLayout> model_units(const ModelSpec& m, const Dims& d, const Mod
     b.u.id = int(1 + i);
     b.u.layer = int(i);
     b.u.name = "layer " + std::to_string(i);
-    LayerOffsets& o = b.u.off;
-    o.norm1 = b.vec("norm1", H, Init::Ones, 0);
-    if (l.mixer == MixerKind::FullAttention) {
-      // Whole-model widths (the initialiser's scale) and this rank's heads: q, gate, k, v column blocks.
-      const size_t qg = size_t(m.attn.heads) * d.hd, kvg = size_t(m.attn.kv_heads) * d.hd;
-      const size_t ql = d.q_cols(), kvl = d.kv_cols(), gq = d.gate ? 2 : 1;
-      std::vector<Span> cols = {{t * ql, ql}};
-      if (d.gate) cols.push_back({qg + t * ql, ql});
-      cols.push_back({gq * qg + t * kvl, kvl});
-      cols.push_back({gq * qg + kvg + t * kvl, kvl});
-      o.w_qkv = b.col_par("w_qkv", H, gq * qg + 2 * kvg, cols, fan_in(H));
-      // q/k/v biases (GLM-4.5 attention_bias; gated models have none): column-parallel like the weight. Initialised
-      // non-zero (HF zeroes them) so that their gradients are tested.
-      if (d.qkv_bias) o.b_qkv = b.add("b_qkv", gq * qg + 2 * kvg, {{0, 1}}, cols, Init::Uniform, 0.1f);
-      o.wo = b.row_par("w_o", {{t * ql, ql}}, H, fan_in(qg));
-      if (d.qk_norm) {
-        o.q_norm = b.vec("q_norm", d.hd, Init::Ones, 0);
-        o.k_norm = b.vec("k_norm", d.hd, Init::Ones, 0);
-      }
-    } else if (l.mixer == MixerKind::LinearAttention) {
-      // in_proj columns [q | k | v | z | b | a] and conv1d channels [q | k | v], each split by heads.
-      const size_t kg = size_t(m.linear.key_heads) * d.dk, vg = size_t(m.linear.value_heads) * d.dv;
-      const size_t lvg = m.linear.value_heads, kl = d.kdim(), vl = d.vdim(), lvl = d.lv;
-      o.w_in = b.col_par("w_in", H, 2 * kg + 2 * vg + 2 * lvg,
-                         {{t * kl, kl}, {kg + t * kl, kl}, {2 * kg + t * vl, vl}, {2 * kg + vg + t * vl, vl},
-                          {2 * kg + 2 * vg + t * lvl, lvl}, {2 * kg + 2 * vg + lvg + t * lvl, lvl}},
-                         fan_in(H));
-      o.conv = b.add("conv1d", d.conv, {{t * kl, kl}, {kg + t * kl, kl}, {2 * kg + t * vl, vl}}, {{0, size_t(d.conv)}},
-                     Init::Uniform, fan_in(d.conv));
-      o.a_log = b.vec("A_log", lvg, Init::ALog, 0);
-      o.dt_bias = b.vec("dt_bias", lvg, Init::DtBias, 0);
-      o.gnorm = b.vec("gated_norm", d.dv, Init::Ones, 0);
-      o.w_out = b.row_par("w_out", {{t * vl, vl}}, H, fan_in(vg));
-    } else {
-      // MLA (DeepSeek-V3, HF DeepseekV3Attention): down-projections and their norms whole on every TP rank, the
-      // up-projections column-parallel by heads, o_proj row-parallel. q / q_b columns per head [rope | nope] (a
-      // permutation of HF's [nope | rope]: attention sums over the dims, so the model is the same), kv_b columns per
-      // head [k_nope | v].
-      const size_t hg = m.mla.heads, hl = d.hq, qk = d.hd, kvb = size_t(d.mla_nope + d.mla_vd), vd = d.mla_vd;
-      const size_t ql = d.mla_ql, kvl = d.mla_kvl, kva = size_t(d.mla_kvl + d.mla_rope);
-      if (ql > 0) {
-        o.mla_qa = b.add("mla_q_a", ql, {{0, H}}, {{0, ql}}, Init::Uniform, fan_in(H), false, true);
-        o.mla_qa_norm = b.vec("mla_q_a_norm", ql, Init::Ones, 0);
-        o.mla_q = b.col_par("mla_q_b", ql, hg * qk, {{t * hl * qk, hl * qk}}, fan_in(ql));
-      } else {
-        o.mla_q = b.col_par("mla_q", H, hg * qk, {{t * hl * qk, hl * qk}}, fan_in(H));
-      }
-      o.mla_kva = b.add("mla_kv_a", kva, {{0, H}}, {{0, kva}}, Init::Uniform, fan_in(H), false, true);
-      o.mla_kv_norm = b.vec("mla_kv_a_norm", kvl, Init::Ones, 0);
-      o.mla_kvb = b.col_par("mla_kv_b", kvl, hg * kvb, {{t * hl * kvb, hl * kvb}}, fan_in(kvl));
-      o.wo = b.row_par("w_o", {{t * hl * vd, hl * vd}}, H, fan_in(hg * vd));
-    }
-    o.norm2 = b.vec("norm2", H, Init::Ones, 0);
-    if (l.ffn == FfnKind::Dense) {
-      const size_t Fg = m.dense_ffn, Fl = d.F;
-      o.mlp_w1 = b.col_par("mlp_w1", H, 2 * Fg, {{t * Fl, Fl}, {Fg + t * Fl, Fl}}, fan_in(H));
-      o.mlp_w2 = b.row_par("mlp_w2", {{t * Fl, Fl}}, H, fan_in(Fg));
-    } else {
-      const moe::MoeConfig& c = d.moe;
-      const size_t E = c.experts, F = c.expert_ffn, L = E / sh.ep_size;
-      const size_t Sg = size_t(m.moe.shared_experts) * m.moe.shared_ffn, Sl = d.shared_local;
-      // +-1/sqrt(H): every expert's router vector has the same norm, so at initialisation no expert is favoured
-      // and routing is balanced in expectation (the estimator's routing_imbalance = 1).
-      o.router = b.vec("router", H * E, Init::Sign, float(1.0 / std::sqrt(double(H))));
-      if (c.router == moe::Router::SigmoidGroupLimited) o.expert_bias = b.vec("expert_bias", E, Init::Zero, 0);
-      if (Sg > 0) {
-        o.shared_w1 = b.col_par("shared_w1", H, 2 * Sg, {{t * Sl, Sl}, {Sg + t * Sl, Sl}}, fan_in(H));
-        o.shared_w2 = b.row_par("shared_w2", {{t * Sl, Sl}}, H, fan_in(Sg));
-      }
-      if (d.shared_gate) o.shared_gate = b.vec("shared_gate", H, Init::Uniform, fan_in(H));
-      // This rank's experts (global first .. first + L - 1) and, under expert tensor parallelism, its share of each
-      // expert's FFN columns ([gate | up] halves of w1, rows of w2).
-      const size_t first = size_t(sh.ep_rank) * L, Fe = F / sh.etp_size, f0 = size_t(sh.etp_rank) * Fe;
-      o.w1 = b.add("experts_w1", 2 * F, {{first * H, L * H}}, {{f0, Fe}, {F + f0, Fe}}, Init::Uniform, fan_in(H), true);
-      std::vector<Span> w2_rows;
-      for (size_t e = 0; e < L; ++e) w2_rows.push_back({(first + e) * F + f0, Fe});
-      o.w2 = b.add("experts_w2", H, w2_rows, {{0, H}}, Init::Uniform, fan_in(F), true);
-    }
+    b.u.off.norm1 = b.vec("norm1", H, Init::Ones, 0);
+    if (l.mixer == MixerKind::FullAttention) add_attention(b, m, d);
+    else if (l.mixer == MixerKind::LinearAttention) add_gated_deltanet(b, m, d);
+    else add_mla(b, m, d);
+    b.u.off.norm2 = b.vec("norm2", H, Init::Ones, 0);
+    if (l.ffn == FfnKind::Dense) add_mlp(b, m, d);
+    else add_moe(b, m, d, sh);
     units.push_back(b.u);
   }
   {

@@ -1,73 +1,9 @@
 #include "executor/executor.h"
 
-#include <chrono>
-#include <ctime>
-
 #include "executor/layer_ops_host.h"
 #include "executor/step_impl.h"
 
 namespace lcplan::exec {
-
-namespace step_detail {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double cpu_now() { return double(std::clock()) / CLOCKS_PER_SEC; }  // this process's CPU time
-double thread_cpu_now() {  // this thread's CPU time (MPI's helper threads excluded)
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-// `pos`: the layer's position in its virtual stage.
-Keep keep_of(const Plan& p, int pos) {
-  switch (p.recompute) {
-    case Recompute::None: return Keep::All;
-    case Recompute::Selective: return Keep::Selective;
-    case Recompute::Full:  // Megatron's block method: the first recompute_layers layers (0 = all) of each virtual stage
-      return p.recompute_layers == 0 || pos < p.recompute_layers ? Keep::InputOnly : Keep::All;
-  }
-  return Keep::All;
-}
-
-std::vector<double> pack(const RankReport& r) {
-  std::vector<double> v;
-  v.push_back(r.rank);
-  v.push_back(r.stage);
-  for (const PhasePeak& p : r.phases) {
-    v.push_back(p.seen ? 1 : 0);
-    for (double b : p.at_peak.bytes) v.push_back(b);
-    for (double b : p.category_max.bytes) v.push_back(b);
-  }
-  v.push_back(r.workspace_high_water);
-  for (double s : r.phase_seconds) v.push_back(s);
-  v.push_back(r.moe_rows_received);
-  v.push_back(r.moe_rows_sent);
-  v.push_back(r.tracker_ops);
-  v.push_back(r.cpu_seconds);
-  return v;
-}
-
-RankReport unpack(const double* v) {
-  RankReport r;
-  size_t i = 0;
-  r.rank = int(v[i++]);
-  r.stage = int(v[i++]);
-  for (PhasePeak& p : r.phases) {
-    p.seen = v[i++] != 0;
-    for (double& b : p.at_peak.bytes) b = v[i++];
-    for (double& b : p.category_max.bytes) b = v[i++];
-  }
-  r.workspace_high_water = v[i++];
-  for (double& s : r.phase_seconds) s = v[i++];
-  r.moe_rows_received = v[i++];
-  r.moe_rows_sent = v[i++];
-  r.tracker_ops = v[i++];
-  r.cpu_seconds = v[i++];
-  return r;
-}
-
-}  // namespace step_detail
 
 namespace {
 

@@ -82,7 +82,7 @@ struct DeviceBackend {
   std::string note;
   cudaStream_t send_fwd = nullptr, send_bwd = nullptr;  // the outgoing pipeline links' streams (pp > 1)
   cudaEvent_t produced = nullptr;
-  // The MoE layers' all-to-alls run here (moe_cuda.cpp run_steps), at the device's highest priority so a ready
+  // The MoE layers' all-to-alls run here (moe_ops_cuda.cpp run_steps), at the device's highest priority so a ready
   // all-to-all is not queued behind the compute stream's GEMMs.
   cudaStream_t moe_comm = nullptr;
   PhaseTimer timer{stream};

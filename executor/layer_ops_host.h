@@ -1,23 +1,27 @@
-// The host backend of the layers' orchestration (layers_impl.h): host Bufs charged to the tracker, the CPU ops of
-// ops.h (fp64-accumulating GEMMs), the CPU kernels and MPI groups. The members that are more than one call live in
-// layers.cpp with the host-only MoE FFN they share helpers with.
+// The host backend of the layers' orchestration (executor/layers/, common.h lists the members): host Bufs charged to
+// the tracker, the CPU ops of ops.h (fp64-accumulating GEMMs), the CPU kernels and MPI groups. The members that are
+// more than one call live in layers.cpp.
 #pragma once
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "executor/layers.h"
 #include "executor/ops.h"
 #include "executor/ops_math.h"
 #include "kernels/attention/attention.h"
 #include "kernels/linear_attention/linear_attention.h"
+#include "kernels/moe/moe_ops_cpu.h"
 
 namespace lcplan::exec {
 
-struct HostOps {
+// The MoE layer's kernels, fixed-order GEMMs and step runner are the CPU layer's own (kernels/moe/moe_ops_cpu.h).
+struct HostOps : moe::cpu::MoeOps {
   template <class T>
   using Buf = exec::Buf<T>;
   Tracker& tr;
+  HostOps(Tracker& t) : tr(t) {}  // NOLINT(google-explicit-constructor): HostOps{tracker}, as the other backends
 
   Buf<float> ws(size_t n) { return Buf<float>(tr, Category::Workspace, n); }
   Buf<bf16> save16(const float* x, size_t n) {
@@ -148,10 +152,22 @@ struct HostOps {
     Tracker::Charge scratch(tr, Category::Workspace, double(st.peak_extra_bytes));
   }
 
-  // The MoE FFN, which only the host runs.
-  void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, LayerSaved& sv, float* y);
-  void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, LayerSaved& sv, const float* n2,
-               const float* dy, float* dn2);
+  // The MoE layer's state (layers/moe.h, kernels/moe/moe_pass.h): the MoE buffers; and its saved routing counts.
+  template <class T>
+  Buf<T> moe_buf(size_t n) {
+    return Buf<T>(tr, Category::MoeBuffers, n);
+  }
+  Buf<int64_t> upload(const std::vector<int64_t>& v) { return copy_of(v, Category::MoeBuffers); }
+  Buf<int64_t> save_counts(const std::vector<int64_t>& v) { return copy_of(v, Category::Activations); }
+  std::vector<int64_t> load_counts(const Buf<int64_t>& b) { return std::vector<int64_t>(b.data(), b.data() + b.size()); }
+  void to_f32(const bf16* x, float* y, size_t n) { exec::to_f32(x, y, n); }
+
+ private:
+  Buf<int64_t> copy_of(const std::vector<int64_t>& v, Category c) {
+    Buf<int64_t> b(tr, c, v.size());
+    std::copy(v.begin(), v.end(), b.data());
+    return b;
+  }
 };
 
 }  // namespace lcplan::exec

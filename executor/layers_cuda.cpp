@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "executor/layers_impl.h"
+#include "executor/layers/decoder_layer.h"
+#include "executor/layers/embedding.h"
+#include "executor/layers/loss.h"
 #include "executor/ops_cuda.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/common/cuda_check.h"
@@ -236,7 +238,7 @@ void DeviceOps::la_bwd(const linear_attention::Shape& s, const float* q, const f
   linear_attention::cuda::backward(s, q, k, v, g, beta, state_in, d_o, d_state_out, dq, dk, dv, dg, dbeta, d_state_in,
                                    opt, w.data(), bytes, stream);
 }
-// ---------------------------------------------------------------- the device instance of layers_impl.h
+// ---------------------------------------------------------------- the device instance of executor/layers/
 
 void layer_forward(DeviceOps& o, Ctx& c, const UnitLayout& u, const UnitView& w, const LayerSpec& l, Keep keep,
                    DeviceLayerSaved& sv, float* out) {

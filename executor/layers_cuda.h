@@ -1,4 +1,4 @@
-// The GPU backend's decoder layers: layers_impl.h's orchestration (the one the host layers run and the paired and
+// The GPU backend's decoder layers: executor/layers/'s orchestration (the one the host layers run and the paired and
 // memory tests check) on DeviceOps, which calls the device ops of ops_cuda.h, the CUDA attention and linear-CE kernels
 // and NCCL groups, every call on one stream. Every tensor is a DeviceBuf charged to the tracker's categories exactly
 // where the host layer charges its Buf, so peaks per phase come from the same code.
@@ -6,12 +6,13 @@
 // Every layer the host runs: full attention (GQA, partial RoPE, output gate, q/k norm, q/k/v biases, sliding windows,
 // load-balanced context parallelism), gated DeltaNet (with its CP state passing), multi-head latent attention, dense
 // SwiGLU MLPs and the expert-parallel MoE FFN with its chunked all-to-alls and expert tensor parallelism
-// (moe_cuda.cpp); the embedding and the linear-CE loss; TP + sequence parallelism (fp32 partial sums reduce-scattered,
+// (moe_ops_cuda.cpp); the embedding and the linear-CE loss; TP + sequence parallelism (fp32 partial sums reduce-scattered,
 // where the host reduces fp64) and every recompute mode. The materialized-logits loss is the linear-CE kernel with one
 // tile of every local token by the whole vocabulary shard: the fp32 logits held at once, as Megatron's vocab-parallel
 // cross-entropy holds them.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,13 +23,15 @@
 #include "executor/layers.h"
 #include "kernels/attention/attention.h"
 #include "kernels/linear_attention/linear_attention.h"
+#include "kernels/moe/moe_math.h"
+#include "parallel/chunk_schedule.h"
 
 namespace lcplan::exec::cuda {
 
 using DeviceLayerSaved = BasicLayerSaved<DeviceBuf>;
 
-// The device backend of layers_impl.h (its header lists the members). Device pointers throughout; every call is
-// enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and
+// The device backend of executor/layers/ (layers/common.h lists the members). Device pointers throughout; every call
+// is enqueued on `stream`, and c.pg's groups must be NCCL groups on that stream. Scratch (GEMM widening, norm and
 // attention backward workspaces, linear-CE tiles) is a DeviceBuf per call, charged while the call runs.
 struct DeviceOps {
   template <class T>
@@ -36,7 +39,7 @@ struct DeviceOps {
   Tracker& tr;
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
-  // The MoE layers' all-to-alls (moe_cuda.cpp): a second stream so one EP chunk's all-to-all overlaps another's expert
+  // The MoE layers' all-to-alls (moe_ops_cuda.cpp): a second stream so one EP chunk's all-to-all overlaps another's expert
   // GEMMs, as the plan's chunk schedule says; null runs them on `stream`, in the schedule's order.
   cudaStream_t comm_stream = nullptr;
 
@@ -104,11 +107,43 @@ struct DeviceOps {
               const float* beta, const float* state_in, const float* d_o, const float* d_state_out, float* dq,
               float* dk, float* dv, float* dg, float* dbeta, float* d_state_in, const linear_attention::Options& opt);
 
-  // The MoE FFN (moe_cuda.cpp): the host layer's steps on the device, EP and ETP collectives over NCCL.
-  void moe_fwd(Ctx& c, const UnitLayout& u, const UnitView& w, const float* n2, Keep keep, DeviceLayerSaved& sv,
-               float* y);
-  void moe_bwd(Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, DeviceLayerSaved& sv,
-               const float* n2, const float* dy, float* dn2);
+  // The MoE FFN (layers/moe.h on kernels/moe/moe_pass.h; moe_ops_cuda.cpp): its state buffers, kernels/moe's CUDA
+  // kernels, fp32 cuBLAS GEMMs without TF32 (routing picks the experts the host picks) and the chunk schedule on two
+  // streams: the all-to-alls on comm_stream, everything else on `stream`, cross-stream dependencies as events.
+  template <class T>
+  Buf<T> moe_buf(size_t n) {
+    return Buf<T>(tr, Category::MoeBuffers, n);
+  }
+  Buf<int64_t> upload(const std::vector<int64_t>& v);
+  Buf<int64_t> save_counts(const std::vector<int64_t>& v);
+  std::vector<int64_t> load_counts(const Buf<int64_t>& b);
+  void to_f32(const bf16* x, float* y, size_t n);
+  void gemm32(const float* A, const float* B, float* C, int64_t rows, int64_t k, int64_t n);
+  void gemm32_bt(const float* A, const float* B, float* C, int64_t rows, int64_t k, int64_t n);
+  void gemm32_at(const float* A, const float* D, float* G, int64_t rows, int64_t k, int64_t n);
+  void route(const float* logits, const float* bias, const moe::RouterParams& p, int tokens, float* scores, int* idx,
+             float* w);
+  void route_bwd(const float* scores, const int* idx, const float* dw, const moe::RouterParams& p, int tokens,
+                 float* dlogits);
+  std::vector<int> chunk_counts(const int* idx, int top_k, int experts, const std::vector<int>& bounds);
+  void expert_major_rows(const int* expert_of_slot, int n, int experts, int* row_of_slot);
+  void permute(const float* x, const int* rows, int tokens, int top_k, int hidden, float* xp);
+  void unpermute(const float* yp, const int* rows, const float* w, int tokens, int top_k, int hidden,
+                 const float* shared, const float* gate, float* out);
+  void unpermute_bwd(const float* dout, const float* yp, const int* rows, const float* w, int tokens, int top_k,
+                     int hidden, float* dyp, float* dw);
+  void swiglu(const float* h1, int64_t rows, int ffn, float* act);
+  void swiglu_bwd(const float* h1, const float* dact, int64_t rows, int ffn, float* dh1);
+  void add(const float* a, const float* b, int64_t n, float* out);
+  void copy_blocks(const float* in, float* out, const int64_t* blocks, int nblocks, int64_t max_rows, int hidden,
+                   bool to_expert_major);
+  void shared_gate(const float* x, const float* g, int tokens, int hidden, float* sgate);
+  void shared_gate_bwd(const float* dout, const float* sout, const float* sgate, int tokens, int hidden, float* dso,
+                       float* dz);
+  void run_steps(const std::vector<moe::Step>& steps, const std::function<void(const moe::Step&)>& issue);
+  void all_to_all_step(const comm::Comm& c, const float* send, const size_t* send_counts, const size_t* send_displs,
+                       float* recv, const size_t* recv_counts, const size_t* recv_displs);
+  cudaStream_t step_stream = nullptr;  // the comm step run_steps is issuing: its stream
 };
 
 // layers.h's contracts on the device: every pointer (weights, gradients, activations, tokens, targets) is device

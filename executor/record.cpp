@@ -51,15 +51,15 @@ std::string host_description() {
   return s;
 }
 
-Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const ExecResult& r,
-                               const std::string& host) {
-  Measurement m;
-  m.plan = sc.plan;
-  m.id = "lcplan-exec " + sc.plan.model + " gpus " + std::to_string(sc.plan.gpus) + " scale " +
-         std::to_string(sc.scale.factor) +
-         (sc.scale.layers_per_kind ? " layers/kind " + std::to_string(sc.scale.layers_per_kind) : "");
-  m.source = "lcplan-exec, CPU backend (fp32 compute, bf16 storage)";
-  m.scope = MeasurementScope::Step;
+namespace {
+
+// The median over the steps after the first (warm-up).
+double later_median(const std::vector<double>& v) {
+  return median(std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()));
+}
+
+// Memory at the job's peak (its rank and phase), and per phase: the peak rank's memory, every rank's time.
+void add_peak_and_phases(const ExecResult& r, Measurement& m) {
   const auto [peak_rank, peak_phase] = job_peak(r);
   const RankReport* pr = nullptr;
   for (const RankReport& rr : r.ranks)
@@ -70,8 +70,7 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   m.peak_phase = peak_phase;
   m.peak_rank = peak_rank;
   for (int ph = 0; ph < kPhases; ++ph) {
-    // Memory is the peak rank's; time is every rank's (under PP only the last stage has a loss phase, and the peak
-    // rank may be on another stage).
+    // Under PP only the last stage has a loss phase, and the peak rank may be on another stage.
     const bool any = std::any_of(r.ranks.begin(), r.ranks.end(), [&](const RankReport& x) { return x.phases[ph].seen; });
     if (!any) continue;
     MeasuredPhase mp;
@@ -80,14 +79,16 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
       mp.breakdown = pr->phases[ph].at_peak.to_breakdown();
       mp.category_peaks = pr->phases[ph].category_max.to_breakdown();
     }
-    // Like the step: the median over the steps after the first (warm-up), each the slowest rank's time in the phase.
+    // Like the step: the median over the steps after the first, each the slowest rank's time in the phase.
     std::vector<double> secs;
-    for (size_t i = r.step_phase_seconds.size() > 1 ? 1 : 0; i < r.step_phase_seconds.size(); ++i)
-      secs.push_back(r.step_phase_seconds[i][size_t(ph)]);
-    mp.seconds = median(secs);
+    for (const auto& step : r.step_phase_seconds) secs.push_back(step[size_t(ph)]);
+    mp.seconds = later_median(secs);
     m.phases[ph] = mp;
   }
-  double ws_high = 0, recv_sum = 0, recv_max = 0;
+}
+
+// Each rank's own peak and workspace high water.
+void add_ranks(const ExecResult& r, Measurement& m) {
   for (const RankReport& rr : r.ranks) {
     Phase ph = Phase::Forward;
     Snapshot snap;
@@ -102,12 +103,60 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
     mr.peak_phase = ph;
     mr.workspace_high_water_bytes = rr.workspace_high_water;
     m.ranks.push_back(mr);
+  }
+}
+
+// Implementation facts (not interpreted by validation): workspace, setup, device clocks, routing load, pipeline
+// waits and the CPU time per step.
+nlohmann::json executor_facts(const ExecOptions& o, const ExecResult& r, const ScaledCase& sc) {
+  double ws_high = 0, recv_sum = 0, recv_max = 0, ops = 0, cpu_sum = 0, cpu_max = 0;
+  for (const RankReport& rr : r.ranks) {
     ws_high = std::max(ws_high, rr.workspace_high_water);
     recv_sum += rr.moe_rows_received;
     recv_max = std::max(recv_max, rr.moe_rows_received);
+    ops = std::max(ops, rr.tracker_ops);
+    cpu_sum += rr.cpu_seconds;
+    cpu_max = std::max(cpu_max, rr.cpu_seconds);
   }
-  const std::vector<double> later(r.step_seconds.begin() + (r.step_seconds.size() > 1 ? 1 : 0), r.step_seconds.end());
-  m.step_seconds = std::max(1e-9, median(later));
+  nlohmann::json ex = {{"workspace_reserve_bytes", o.workspace_reserve}, {"workspace_high_water_bytes", ws_high},
+                       {"microbatches", r.microbatches}, {"setup_seconds", r.setup_seconds}, {"seed", o.seed},
+                       {"linear_ce_vocab_tile", o.ce_vocab_tile}};
+  if (r.backend != "cpu" && !r.step_device_phase_seconds.empty()) {
+    // The device's own clock per phase (CUDA events on the compute stream), the median over the steps after the
+    // first, each the slowest rank's: the phases' seconds are the host clock after the stream drained.
+    nlohmann::json dev;
+    for (int ph = 0; ph < kPhases; ++ph) {
+      std::vector<double> secs;
+      for (const auto& step : r.step_device_phase_seconds) secs.push_back(step[size_t(ph)]);
+      dev[to_string(Phase(ph))] = later_median(secs);
+    }
+    ex["device_phase_seconds"] = dev;
+  }
+  if (recv_sum > 0) ex["moe_routing_load"] = recv_max / (recv_sum / double(r.ranks.size()));
+  // The measured counterpart of the estimator's bubble: the least time any rank spent blocked on others in a step
+  // (executor/phase_trace.h); the slowest stage waits least, so a lighter stage's extra wait is imbalance.
+  if (sc.plan.parallel.pp > 1) ex["pipeline_wait_seconds"] = later_median(r.step_pipeline_wait_seconds);
+  // CPU seconds per step: wall time on a shared machine includes waiting for the cores; these do not.
+  ex["cpu_seconds_per_step_max_rank"] = cpu_max / double(r.loss.size());
+  ex["cpu_seconds_per_step_all_ranks"] = cpu_sum / double(r.loss.size());
+  ex["tracker_operations_per_step"] = ops / double(r.loss.size());
+  return ex;
+}
+
+}  // namespace
+
+Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const ExecResult& r,
+                               const std::string& host) {
+  Measurement m;
+  m.plan = sc.plan;
+  m.id = "lcplan-exec " + sc.plan.model + " gpus " + std::to_string(sc.plan.gpus) + " scale " +
+         std::to_string(sc.scale.factor) +
+         (sc.scale.layers_per_kind ? " layers/kind " + std::to_string(sc.scale.layers_per_kind) : "");
+  m.source = "lcplan-exec, CPU backend (fp32 compute, bf16 storage)";
+  m.scope = MeasurementScope::Step;
+  add_peak_and_phases(r, m);
+  add_ranks(r, m);
+  m.step_seconds = std::max(1e-9, later_median(r.step_seconds));
   MeasuredScale s;
   s.factor = sc.scale.factor;
   s.layers_per_kind = sc.scale.layers_per_kind;
@@ -122,47 +171,7 @@ Measurement measurement_record(const ScaledCase& sc, const ExecOptions& o, const
   m.backend = r.backend;
   m.device = r.device;
   m.host = host;
-  nlohmann::json ex;
-  ex["workspace_reserve_bytes"] = o.workspace_reserve;
-  ex["workspace_high_water_bytes"] = ws_high;
-  ex["microbatches"] = r.microbatches;
-  ex["setup_seconds"] = r.setup_seconds;
-  ex["seed"] = o.seed;
-  ex["linear_ce_vocab_tile"] = o.ce_vocab_tile;
-  if (r.backend != "cpu" && !r.step_device_phase_seconds.empty()) {
-    // The device's own clock per phase (CUDA events on the compute stream), the median over the steps after the
-    // first, each the slowest rank's: the phases' seconds above are the host clock after the stream drained.
-    nlohmann::json dev;
-    for (int ph = 0; ph < kPhases; ++ph) {
-      std::vector<double> secs;
-      for (size_t i = r.step_device_phase_seconds.size() > 1 ? 1 : 0; i < r.step_device_phase_seconds.size(); ++i)
-        secs.push_back(r.step_device_phase_seconds[i][size_t(ph)]);
-      dev[to_string(Phase(ph))] = median(secs);
-    }
-    ex["device_phase_seconds"] = dev;
-  }
-  if (recv_sum > 0) ex["moe_routing_load"] = recv_max / (recv_sum / double(r.ranks.size()));
-  if (sc.plan.parallel.pp > 1) {
-    // The measured counterpart of the estimator's bubble: the least time any rank spent blocked on others in a step
-    // (stage-to-stage receives while the pipeline fills, the step's all-rank reduction while it drains:
-    // executor/phase_trace.h), the median over the steps after the first. A step is its slowest stage's work plus
-    // that stage's waits, and the slowest stage waits least; a lighter stage's extra wait is imbalance, which the
-    // estimator charges by costing the slowest stage.
-    const std::vector<double>& w = r.step_pipeline_wait_seconds;
-    ex["pipeline_wait_seconds"] = median(std::vector<double>(w.begin() + (w.size() > 1 ? 1 : 0), w.end()));
-  }
-  double ops = 0, cpu_sum = 0, cpu_max = 0;
-  for (const RankReport& rr : r.ranks) {
-    ops = std::max(ops, rr.tracker_ops);
-    cpu_sum += rr.cpu_seconds;
-    cpu_max = std::max(cpu_max, rr.cpu_seconds);
-  }
-  // CPU seconds per step: the busiest rank's and all ranks' together (wall time on a shared machine includes waiting
-  // for the cores; these do not).
-  ex["cpu_seconds_per_step_max_rank"] = cpu_max / double(r.loss.size());
-  ex["cpu_seconds_per_step_all_ranks"] = cpu_sum / double(r.loss.size());
-  ex["tracker_operations_per_step"] = ops / double(r.loss.size());
-  m.executor = ex;
+  m.executor = executor_facts(o, r, sc);
   std::string notes;
   for (const std::string& n : sc.notes) notes += (notes.empty() ? "" : "; ") + n;
   for (const std::string& n : r.notes) notes += (notes.empty() ? "" : "; ") + n;

@@ -50,9 +50,8 @@ int draw_int(fuzz::ByteReader& r, std::initializer_list<int> usual) {
 }
 
 void check_breakdown(const MemoryBreakdown& b) {
-  for (double x : {b.params, b.grads, b.optimizer, b.fsdp_buffers, b.activations, b.logits, b.moe_buffers, b.workspace,
-                   b.cuda_context, b.fragmentation})
-    fuzz::require(fuzz::finite_nonneg(x), "every memory term is finite and non-negative");
+  for (const MemoryCategoryInfo& c : kMemoryCategories)
+    fuzz::require(fuzz::finite_nonneg(b.*c.member), "every memory term is finite and non-negative");
 }
 
 }  // namespace

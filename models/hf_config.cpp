@@ -109,8 +109,9 @@ class Fields {
     } else {
       field_fail(label, "must be " + what + ", got " + show(v));
     }
-    if (v.is_number_integer() && (v.is_number_unsigned() || v.get<int64_t>() >= lo))
-      field_fail(label, "must be at most " + std::to_string(hi) + ", got " + show(v));
+    // Too large only when above hi (0 parses as unsigned, and is too small for a positive field).
+    const bool above = v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(hi) : v.get<int64_t>() > hi;
+    if (above) field_fail(label, "must be at most " + std::to_string(hi) + ", got " + show(v));
     field_fail(label, "must be " + what + ", got " + show(v));
   }
 

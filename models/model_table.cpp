@@ -82,6 +82,97 @@ nlohmann::json models_json(const std::string& data_dir) {
   return rows;
 }
 
+namespace {
+
+const char* mixer_name(const LayerSpec& l) {
+  switch (l.mixer) {
+    case MixerKind::LinearAttention: return "gdn";
+    case MixerKind::MLA: return "mla";
+    case MixerKind::FullAttention: return l.sliding ? "swa" : "attn";
+  }
+  return "?";
+}
+
+std::string layer_kind(const LayerSpec& x) { return std::string(mixer_name(x)) + (x.ffn == FfnKind::MoE ? "+moe" : "+mlp"); }
+
+// Layers [b, e) run-length encoded: "3 x gdn+moe, attn+moe".
+std::string runs_of(const ModelSpec& m, size_t b, size_t e) {
+  std::string out;
+  for (size_t i = b; i < e;) {
+    size_t j = i;
+    while (j < e && layer_kind(m.layers[j]) == layer_kind(m.layers[i])) ++j;
+    out += (out.empty() ? "" : ", ") + (j - i > 1 ? std::to_string(j - i) + " x " : std::string()) + layer_kind(m.layers[i]);
+    i = j;
+  }
+  return out;
+}
+
+// The layer pattern: the shortest block that repeats through every layer ("10 x (3 x gdn+moe, attn+moe)"), else runs.
+std::string layer_pattern(const ModelSpec& m) {
+  const size_t n = m.layers.size();
+  for (size_t p = 2; p < n; ++p) {  // a block of one layer reads better as a run
+    if (n % p != 0) continue;
+    bool repeats = true;
+    for (size_t i = p; i < n && repeats; ++i) repeats = layer_kind(m.layers[i]) == layer_kind(m.layers[i - p]);
+    if (repeats) return std::to_string(n / p) + " x (" + runs_of(m, 0, p) + ")";
+  }
+  return runs_of(m, 0, n);
+}
+
+}  // namespace
+
+nlohmann::json model_details_json(const ModelSpec& m) {
+  const ParamCounts c = count_params(m);
+  const Mix x = count_mix(m);
+  nlohmann::json j = {{"name", m.name}, {"hidden", m.hidden}, {"vocab", m.vocab}, {"tied_embeddings", m.tied_embeddings},
+                      {"gated_mlp", m.gated_mlp}, {"dense_ffn", m.dense_ffn}, {"max_position", m.max_position},
+                      {"layers", m.layers.size()}, {"pattern", layer_pattern(m)}, {"mtp_layers", m.mtp_layers}};
+  if (x.full + x.sliding > 0)
+    j["attention"] = {{"heads", m.attn.heads}, {"kv_heads", m.attn.kv_heads}, {"head_dim", m.attn.head_dim},
+                      {"output_gate", m.attn.output_gate}, {"partial_rotary", m.attn.partial_rotary},
+                      {"sliding_window", m.attn.sliding_window}, {"qkv_bias", m.attn.qkv_bias}, {"o_bias", m.attn.o_bias},
+                      {"qk_norm", m.attn.qk_norm}, {"sinks", m.attn.sinks}};
+  if (x.linear > 0)
+    j["linear_attention"] = {{"key_heads", m.linear.key_heads}, {"value_heads", m.linear.value_heads},
+                             {"key_head_dim", m.linear.key_head_dim}, {"value_head_dim", m.linear.value_head_dim},
+                             {"conv_kernel", m.linear.conv_kernel}};
+  if (x.mla > 0)
+    j["mla"] = {{"heads", m.mla.heads}, {"q_lora_rank", m.mla.q_lora_rank}, {"kv_lora_rank", m.mla.kv_lora_rank},
+                {"qk_nope_head_dim", m.mla.qk_nope_head_dim}, {"qk_rope_head_dim", m.mla.qk_rope_head_dim},
+                {"v_head_dim", m.mla.v_head_dim}};
+  if (x.moe > 0)
+    j["moe"] = {{"experts", m.moe.num_experts}, {"top_k", m.moe.top_k}, {"expert_ffn", m.moe.expert_ffn},
+                {"shared_experts", m.moe.shared_experts}, {"shared_ffn", m.moe.shared_ffn},
+                {"shared_expert_gate", m.moe.shared_expert_gate}, {"expert_bias", m.moe.expert_bias},
+                {"router", m.moe.router == RouterKind::SoftmaxTopK ? "softmax top-k" : "sigmoid group-limited"},
+                {"groups", m.moe.n_group}, {"top_groups", m.moe.topk_group}, {"moe_layers", x.moe}};
+  j["params"] = {{"embedding", c.embedding}, {"lm_head", c.lm_head}, {"final_norm", c.final_norm},
+                 {"decoder", c.decoder}, {"routed_experts", c.routed_experts}, {"mtp", c.mtp}, {"total", c.total},
+                 {"total_with_mtp", c.total_with_mtp}, {"active", c.active}};
+  return j;
+}
+
+std::string model_details(const ModelSpec& m) {
+  const nlohmann::json j = model_details_json(m);
+  std::ostringstream out;
+  out << m.name << ": " << m.layers.size() << " layers (" << j.at("pattern").get<std::string>() << ")";
+  if (m.mtp_layers) out << " + " << m.mtp_layers << " MTP";
+  out << "\n";
+  for (const auto& [group, v] : j.items()) {
+    if (!v.is_object()) continue;
+    out << "  " << pad(group, 17);
+    bool first = true;
+    for (const auto& [k, x] : v.items()) {
+      out << (first ? "" : ", ") << k << " " << (x.is_number_float() && group == "params" ? billions(x.get<double>()) + "B" : x.dump());
+      first = false;
+    }
+    out << "\n";
+  }
+  out << "  hidden " << m.hidden << ", vocab " << m.vocab << (m.tied_embeddings ? " (tied)" : " (untied)") << ", dense ffn "
+      << m.dense_ffn << (m.gated_mlp ? " (gated)" : "") << ", max position " << m.max_position << "\n";
+  return out.str();
+}
+
 std::string models_table(const std::string& data_dir) {
   const std::vector<std::string> head = {"model", "layers", "hidden", "experts (routed/top-k/shared)", "vocab",
                                          "total B", "active B", "published total/active B"};

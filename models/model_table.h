@@ -18,4 +18,9 @@ std::string models_table(const std::string& data_dir);
 // The same rows for --json: [{name, layers, mix, hidden, vocab, experts {...}, params {...}, published {...}, notes}].
 nlohmann::json models_json(const std::string& data_dir);
 
+// Everything lcplan read of one model (`lcplan models --show NAME|config.json`): every ModelSpec field, the layer
+// pattern in order and the parameter counts by bucket, so a user can check the parse of their config.json.
+nlohmann::json model_details_json(const ModelSpec& m);
+std::string model_details(const ModelSpec& m);
+
 }  // namespace lcplan

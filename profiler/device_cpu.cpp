@@ -9,6 +9,7 @@
 
 #include "kernels/linear_ce/linear_ce.h"
 #include "kernels/moe/cpu_gemm.h"
+#include "kernels/moe/moe_cpu.h"
 #include "kernels/moe/moe_math.h"
 #include "parallel/chunk_schedule.h"
 #include "profiler/device.h"

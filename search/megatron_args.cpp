@@ -454,6 +454,7 @@ MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, int s
 }
 
 MegatronLaunch parse_megatron_args(const std::string& text) {
+  require_closed_quotes(text, "--megatron-args");
   const ShellCommand c = shell_words(text);
   return parse_megatron_words(c.words);
 }

@@ -447,6 +447,8 @@ std::string trim_left(const std::string& s) {
 
 }  // namespace
 
+void require_closed_quotes(const std::string& text, const std::string& name) { statements(text, name); }
+
 ShellCommand shell_words(const std::string& text, const ShellVars& vars) {
   ShellCommand c;
   c.words = Lexer(text, vars, c.unresolved).words();

@@ -29,6 +29,9 @@ struct ShellCommand {
 // follows is another command) and drops redirections (2>&1, > file).
 ShellCommand shell_words(const std::string& text, const ShellVars& vars = {});
 
+// Throws UserError (one sentence naming `name` and the line) when `text` opens a quote it never closes.
+void require_closed_quotes(const std::string& text, const std::string& name);
+
 // The launch command of a script: its assignments (NAME=..., export NAME=..., NAME=( ... ), NAME+=...) are read in
 // order, and the first command that runs a Megatron entry point (a pretrain_*.py, torchrun, torch.distributed.run
 // or .launch) is returned with its continuation lines, expanded. A text with no such command is read as one command

@@ -164,6 +164,8 @@ void restrict_to(const std::optional<std::vector<T>>& given, T& base_field, std:
 }  // namespace
 
 PlanSpace search_space(const ModelSpec& m, Plan& base, const SpaceConstraints& c, Naming naming) {
+  // Sizes out of range (--gpus 10000000) get the sentence estimate gives, not a count of rejected candidates.
+  if (const auto v = check_plan_sizes(base)) throw UserError(v->message);
   PlanSpace s = default_space(m, base);
   restrict_to(c.tp, base.parallel.tp, s.tp);
   restrict_to(c.pp, base.parallel.pp, s.pp);

@@ -51,7 +51,7 @@ TuneRun run_one(const TuneSetup& s, const RankedPlan& rp, int index) {
   fs::remove(files.out);
   fs::remove(files.log);
   const std::string plan_file = (rd / "plan.json").string();
-  write_file_atomic(plan_file, plan_to_json(rp.plan).dump(2) + "\n");
+  write_plan_file(plan_file, rp.plan);
   TuneRun run;
   run.command = expand_launch_template(s.launch_template, launch_values(s, rp.plan, rd, files, plan_file, name));
   run.log = files.log;

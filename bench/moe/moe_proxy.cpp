@@ -15,7 +15,7 @@
 #include "parallel/rank_layout.h"
 #include "kernels/comm/comm.h"
 #include "kernels/comm/helpers.h"
-#include "kernels/moe/moe_layer.h"
+#include "kernels/moe/moe_cpu.h"
 #include "common/data_dir.h"
 #include "common/user_error.h"
 #include "models/zoo.h"

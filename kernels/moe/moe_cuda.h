@@ -1,7 +1,7 @@
 // GPU executor of the chunked expert-parallel MoE layer: runs the step lists of chunk_schedule.h on a
 // communication stream (NCCL all-to-all-v, counts exchanged first over MPI) and a compute stream (cuBLAS
 // GEMMs, moe_kernels_cuda.h kernels), one CUDA event per step; a step waits on the events of its dependencies that
-// live on the other stream. Same layer, same weights and same results as the CPU layer (moe_layer.h) up to
+// live on the other stream. Same layer, same weights and same results as the CPU layer (moe_cpu.h) up to
 // the chosen precision. Forward and backward (dgrad per chunk, delayed wgrad overlapping the tail dispatch-bwd).
 #pragma once
 

@@ -1,7 +1,7 @@
-// One expert-parallel MoE layer on CPUs (fp32 fixed-order GEMMs, MPI all-to-all; moe_cpu.cpp), run by the chunked schedule
-// (chunk_schedule.h): router -> permute -> dispatch -> grouped SwiGLU experts -> combine -> unpermute, plus the
-// shared expert; backward with per-chunk dgrad and a delayed wgrad. Communication steps are non-blocking MPI
-// calls polled between GEMM row blocks, so chunk i's all-to-all runs while chunk j computes.
+// The expert-parallel MoE layer's configuration, weights, argument checks and per-chunk bookkeeping, shared by its
+// orchestration (moe_pass.h: router -> permute -> dispatch -> grouped SwiGLU experts -> combine -> unpermute, plus the
+// shared expert, run by the chunked schedule of chunk_schedule.h), the CPU layer (moe_cpu.h) and the GPU layer
+// (moe_cuda.h).
 //
 // Expert tensor parallelism (Megatron-LM --expert-tensor-parallel-size, MoEAlltoAllTokenDispatcher): each routed
 // expert's FFN columns are split over an ETP group; after the EP dispatch the rows an expert received are
@@ -75,34 +75,6 @@ struct StepTime {
   double start = 0, end = 0;
 };
 
-// Per-chunk buffers kept from forward to backward. The backward reads row_of_slot, recv_by_block, the count and
-// displacement vectors, xe, h1, act and yp; xp, xr and ye_src are forward-only and may be released in between.
-struct ChunkBuffers {
-  int t0 = 0, t1 = 0;
-  std::vector<int> row_of_slot;          // slot (t - t0) * K + k -> row of xp / yp
-  std::vector<int64_t> send_by_expert;   // rows sent to each global expert
-  std::vector<int64_t> recv_by_block;    // rows received per (source rank, local expert)
-  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer
-  // Rows per (ETP rank, source rank, local expert) that the expert GEMMs run on: xe, h1, act, dye and dh1 hold them
-  // expert-major, ETP rank by ETP rank (without ETP: recv_by_block).
-  std::vector<int64_t> etp_by_block;
-  std::vector<float> xp, xr, xe, h1, act, ye_src, yp;
-  std::vector<float> dyp, dyr, dye, dh1, dx_src, dxp;
-};
-
-struct MoeSaved {
-  int tokens = 0;
-  const float* x = nullptr;              // the caller keeps the input alive until backward
-  std::vector<float> scores;             // tokens x experts (softmax or sigmoid)
-  std::vector<int> idx;                  // tokens x top_k
-  std::vector<float> w;                  // tokens x top_k
-  std::vector<int64_t> counts_send, counts_recv;  // [peer][chunk][local expert]
-  std::vector<int64_t> counts_recv_etp;           // ETP: every ETP rank's counts_recv, [ETP rank][peer][chunk][expert]
-  std::vector<float> sh1, sact, sout, sgate;      // shared expert
-  std::vector<ChunkBuffers> chunks;
-  std::vector<float> dw, dx_routed, dx_shared;
-};
-
 // Collective argument check (every rank of `ep` calls it; all of them throw the same std::invalid_argument):
 // EP dividing experts, top-k and groups in range, chunks <= local tokens on every rank, same config everywhere.
 void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, int tokens,
@@ -111,31 +83,10 @@ void check_moe_args(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& 
 void check_moe_args(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w, int tokens,
                     const ChunkSchedule& s);
 
-// out[tokens x hidden] = MoE(x). Calls check_moe_args first. For the same EP group, outputs and gradients are
-// bit-identical for every chunk count and chunk weights, with or without overlap (cpu_gemm.h's fixed summation
-// order; the delayed wgrad sums each expert's rows in the unchunked order).
-void moe_forward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
-                 const float* x, int tokens, float* out, MoeSaved& saved, const ExecOptions& o = {},
-                 std::vector<StepTime>* times = nullptr);
-
-// dx[tokens x hidden] and this rank's weight grads (replicated router/shared grads are partial sums over this
-// rank's tokens; reducing them over EP/DP is the caller's job).
-void moe_backward(const comm::Comm& ep, const MoeConfig& c, const MoeWeights& w, const ChunkSchedule& s,
-                  MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads, const ExecOptions& o = {},
-                  std::vector<StepTime>* times = nullptr);
-
-// With expert tensor parallelism over `etp` (every rank of ep and etp calls them; a size-1 etp is the calls above).
-void moe_forward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w,
-                 const ChunkSchedule& s, const float* x, int tokens, float* out, MoeSaved& saved,
-                 const ExecOptions& o = {}, std::vector<StepTime>* times = nullptr);
-void moe_backward(const comm::Comm& ep, const comm::Comm& etp, const MoeConfig& c, const MoeWeights& w,
-                  const ChunkSchedule& s, MoeSaved& saved, const float* dout, float* dx, MoeWeights& grads,
-                  const ExecOptions& o = {}, std::vector<StepTime>* times = nullptr);
-
 // Row blocks between a source-major buffer (rows as received: by source, then local expert) and the expert-major one
 // the GEMMs want, from the rows per (source, local expert): each local expert's first expert-major row and the
 // non-empty blocks {source-major first row, expert-major first row, rows}. Under ETP the sources are (ETP rank,
-// source rank) pairs in that order. Pure; the CPU layer reads its expert offsets, the GPU layers the whole table.
+// source rank) pairs in that order. Pure; moe_pass.h's GEMMs read the expert offsets, its reorders the blocks.
 struct BlockTable {
   std::vector<int64_t> expert_off;  // local expert e owns expert-major rows [expert_off[e], expert_off[e + 1])
   std::vector<int64_t> blocks;      // non-empty blocks, three values each
@@ -146,8 +97,8 @@ struct BlockTable {
 BlockTable block_table(const std::vector<int64_t>& by_block, int sources, int local_experts);
 
 // The all-to-all layout of chunk `ch` from the counts this rank sends and receives per (peer, chunk, local expert)
-// ([peer][chunk][local expert], as exchanged), for rows `hidden` elements wide: the GPU layers' host-side bookkeeping
-// (kernels/moe/moe_cuda.cpp, executor/moe_cuda.cpp), held by the tests to the CPU layer's ChunkBuffers. Pure.
+// ([peer][chunk][local expert], as exchanged), for rows `hidden` elements wide: the layers' host-side bookkeeping
+// (moe_pass.h plan_chunks, the GPU layer moe_cuda.cpp). Pure.
 struct ChunkLayout {
   std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // elements per peer (send is rank-major:
                                                                           // experts are contiguous per rank)
@@ -160,17 +111,10 @@ ChunkLayout chunk_layout(const std::vector<int64_t>& counts_send, const std::vec
 
 // Expert tensor parallelism: the rows per (ETP rank, source rank, local expert) of chunk `ch` that the expert GEMMs of
 // every ETP rank run on, from every ETP rank's receive counts ([ETP rank][source][chunk][local expert], the
-// all-gathered counts_recv): ChunkBuffers::etp_by_block. Pure.
+// all-gathered counts_recv): MoeChunk::by_block (moe_pass.h). Pure.
 std::vector<int64_t> etp_by_block(const std::vector<int64_t>& counts_recv_etp, int etp_size, int ep_size, int chunks,
                                   int local_experts, int ch);
 // Rows each ETP rank received of a chunk (its part of the gathered rows), from etp_by_block.
 std::vector<int64_t> etp_rows(const std::vector<int64_t>& etp_by_block, int etp_size, int ep_size, int local_experts);
-
-// Rebuilds every chunk's routing fields (token range, row_of_slot, per-expert and per-peer send and receive counts
-// and displacements, etp_by_block) and counts_send from saved.tokens, saved.idx, saved.counts_recv and (ETP)
-// saved.counts_recv_etp, exactly as the forward's steps set them: a caller that dropped the layer's state between
-// the passes (lcplan-exec keeps bf16 copies) restores it with this, then refills xe, h1, act and yp.
-void restore_routing(const MoeConfig& c, const MoeWeights& w, int ep_size, int etp_size, const ChunkSchedule& s,
-                     MoeSaved& saved);
 
 }  // namespace lcplan::moe

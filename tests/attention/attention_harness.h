@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 
 namespace lcplan::attention::test {
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -66,6 +67,7 @@ pid_t start_program(const std::vector<std::string>& argv, const std::string& tag
     if (!std::freopen(out.c_str(), "w", stdout) || !std::freopen(err.c_str(), "w", stderr)) std::_Exit(126);
     if (opt.own_group || opt.timeout_s > 0) ::setpgid(0, 0);
     if (!opt.cwd.empty() && ::chdir(opt.cwd.c_str()) != 0) std::_Exit(126);
+    for (const auto& [name, value] : opt.env) ::setenv(name.c_str(), value.c_str(), 1);
     if (opt.as_nobody) become_nobody_if_root();
     std::vector<std::string> copy = argv;
     std::vector<char*> args;

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lcplan::testing {
@@ -22,6 +23,7 @@ struct RunOptions {
   int timeout_s = 0;      // 0: none; else the child's process group is killed then
   bool as_nobody = false; // drop to user nobody when running as root (file-permission rows)
   bool own_group = false; // start the child in a process group of its own (a signal or timeout reaches its helpers)
+  std::vector<std::pair<std::string, std::string>> env;  // variables set in the child
 };
 
 // This test binary's scratch folder (created on first use, removed at exit); `tag` names it in /tmp.

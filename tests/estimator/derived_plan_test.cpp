@@ -6,7 +6,7 @@
 #include "estimator/plan_rules.h"
 #include "estimator/time_model.h"
 #include "models/params.h"
-#include "toy_model.h"
+#include "tests/common/toy_model.h"
 
 namespace lcplan {
 namespace {

@@ -14,7 +14,7 @@
 #include "estimator/memory_model.h"
 #include "estimator/plan_rules.h"
 #include "models/zoo.h"
-#include "toy_model.h"
+#include "tests/common/toy_model.h"
 
 using namespace lcplan;
 

@@ -16,7 +16,7 @@
 #include "estimator/memory_model.h"
 #include "estimator/plan_rules.h"
 #include "models/params.h"
-#include "toy_model.h"
+#include "tests/common/toy_model.h"
 
 using namespace lcplan;
 using lcplan::testing::bare_calibration;

@@ -5,7 +5,7 @@
 #include "estimator/plan.h"
 #include "estimator/plan_rules.h"
 #include "common/user_error.h"
-#include "toy_model.h"
+#include "tests/common/toy_model.h"
 
 using namespace lcplan;
 

@@ -1,7 +1,7 @@
-// Context parallelism's K/V exchange in the Ops primitives (layers_impl.h cp_gather_kv / cp_scatter_dkv, which both
-// backends run) on HostOps against plain reference loops written out token by token below: 4 ranks as CP 2 x DP 2,
-// random K/V and gradients, equal to the bit. The paired tests check the exchange inside whole CP layers; this one
-// pins its layout (who holds which chunk, the [k | v] packing) on its own.
+// Context parallelism's K/V exchange in the Ops primitives (layers/core_attention.h cp_gather_kv / cp_scatter_dkv,
+// which both backends run) on HostOps against plain reference loops written out token by token below: 4 ranks as
+// CP 2 x DP 2, random K/V and gradients, equal to the bit. The paired tests check the exchange inside whole CP layers;
+// this one pins its layout (who holds which chunk, the [k | v] packing) on its own.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "executor/layer_ops_host.h"
-#include "executor/layers_impl.h"
+#include "executor/layers/core_attention.h"
 #include "executor/ops.h"
 #include "kernels/comm/groups.h"
 #include "kernels/comm/helpers.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 
 namespace lcplan::exec::tests {
 namespace {

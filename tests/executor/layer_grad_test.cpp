@@ -6,7 +6,7 @@
 // without query compression, each with a dense MLP (MoE routing is piecewise constant: a difference across a routing
 // flip is no derivative; the MoE layer has its own test, tests/moe GradientsMatchFiniteDifferences).
 //
-// The differenced forward is the layers' own code (layers_impl.h) on HostOps with the bf16 rounding of intermediate
+// The differenced forward is the layers' own code (executor/layers/) on HostOps with the bf16 rounding of intermediate
 // tensors turned off: the rounding makes f a step function at the scale of a small step, while without it f is smooth
 // to fp32 round-off. The gradient is the production backward (rounded), so the two differ by bf16-level amounts.
 // Random directions, not the gradient's own: a gradient component that is missing (a dropped term) moves the
@@ -23,11 +23,11 @@
 
 #include "executor/layer_ops_host.h"
 #include "executor/layers.h"
-#include "executor/layers_impl.h"
+#include "executor/layers/decoder_layer.h"
 #include "executor/param_store.h"
 #include "executor/scale.h"
 #include "kernels/comm/groups.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 #include "tests/executor/exec_util.h"
 
 namespace lcplan::exec::tests {

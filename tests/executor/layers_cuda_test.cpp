@@ -3,7 +3,7 @@
 // sliding window), a gated DeltaNet + SwiGLU layer and Qwen3.5's gated DeltaNet + MoE layer (routed experts in two EP
 // chunks, the gated shared expert) forward and backward under every recompute mode, the loss
 // (linear CE and materialized logits) and the embedding; and DeepSeek-V3's MLA layer. Both run
-// layers_impl.h, so the test checks the device ops and kernels in place and that the device layer saves the same
+// executor/layers/, so the test checks the device ops and kernels in place and that the device layer saves the same
 // activation bytes; skips itself without a usable device.
 //
 // Tolerances: the host GEMMs accumulate in fp64, the device's in fp32, and every stored tensor is rounded to bf16, so
@@ -25,7 +25,7 @@
 #include "executor/param_store.h"
 #include "executor/scale.h"
 #include "kernels/comm/groups.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 #include "tests/comm/gpu_ranks.h"
 #include "tests/executor/exec_util.h"
 

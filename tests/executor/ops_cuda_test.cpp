@@ -18,7 +18,7 @@
 #include "executor/ops.h"
 #include "executor/ops_cuda.h"
 #include "executor/phase_timer_cuda.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 #include "tests/attention/device_buffer.h"
 
 namespace lcplan::exec::tests {

@@ -13,7 +13,7 @@
 #include "executor/ops.h"
 #include "executor/ops_math.h"
 #include "executor/tracking_allocator.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 
 namespace lcplan::exec::tests {
 namespace {

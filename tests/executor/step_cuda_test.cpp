@@ -6,12 +6,13 @@
 // peak are the same (workspace and logits differ: the device's kernels take their own scratch). Skips itself without
 // a usable device per rank; the host half runs everywhere.
 //
-// cp2 runs load-balanced context parallelism: the K/V exchange (layers_impl.h cp_gather_kv) on NCCL against MPI.
+// cp2 runs load-balanced context parallelism: the K/V exchange (layers/core_attention.h cp_gather_kv) on NCCL against
+// MPI.
 // pp2_1f1b and pp2_vpp2 run the pipeline's stage-to-stage messages over NCCL links (comm::make_pipe_links): sends on
 // a stream per outgoing link, receives on the compute stream. gdn_* put Qwen3.5's gated DeltaNet in the first layer.
 // moe_* run Qwen3.5-35B-A3B itself, scaled (a gated DeltaNet and a gated-attention layer, both MoE): routing, EP
 // chunks, the all-to-alls over NCCL against MPI, the gated shared expert, TP-sharded in moe_tp2, expert tensor
-// parallelism in moe_etp2 (executor/moe_cuda.cpp).
+// parallelism in moe_etp2 (executor/layers/moe.h on executor/moe_ops_cuda.cpp).
 //
 // Tolerances: loss 1e-3 relative (summed over tokens in fp32 on both), gradient norm 2e-2 relative (fp32 against
 // fp64 GEMMs, bf16 storage), after one Adam step too.

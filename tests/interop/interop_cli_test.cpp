@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/zoo.h"
+#include "tests/common/cli_runner.h"
 #include "search/megatron_args.h"
 
 namespace fs = std::filesystem;
@@ -20,57 +21,16 @@ namespace fs = std::filesystem;
 namespace lcplan {
 namespace {
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using lcplan::testing::Outcome;
+using lcplan::testing::slurp;
+using lcplan::testing::write_scratch;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+const fs::path& scratch() { return lcplan::testing::scratch("lcplan_interop_cli_test"); }
+fs::path write(const std::string& name, const std::string& text) { return write_scratch(name, text); }
 
-const fs::path& scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("lcplan_interop_cli_test." + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  static const struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  return dir;
-}
-
-fs::path write(const std::string& name, const std::string& text) {
-  const fs::path p = scratch() / name;
-  std::ofstream(p, std::ios::binary) << text;
-  return p;
-}
-
-Outcome run_lcplan(const std::vector<std::string>& args) {
-  const fs::path out = scratch() / "stdout.txt", err = scratch() / "stderr.txt";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(out.c_str(), "w", stdout);
-    std::freopen(err.c_str(), "w", stderr);
-    std::vector<char*> argv;
-    std::string bin = LCPLAN_BINARY;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(bin.c_str(), argv.data());
-    std::_Exit(127);
-  }
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(out), slurp(err)};
+Outcome run_lcplan(std::vector<std::string> args) {
+  args.insert(args.begin(), LCPLAN_BINARY);
+  return lcplan::testing::run_program(args);
 }
 
 // The article's reduced recipe for Qwen3.5-35B-A3B on 32 H100s at 128K, as a Megatron launch and as a recipe.

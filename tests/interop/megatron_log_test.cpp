@@ -61,6 +61,29 @@ std::string iteration(long i, double ms, double tflops, long gb = 64, const std:
   return buf;
 }
 
+// The run's own startup lines are checked against the plan (issue 28, item 8): a log of another layout is refused
+// in one sentence naming the size, its line and the plan's value; agreeing sizes pass.
+TEST(MegatronLog, StartupSizesAreCheckedAgainstThePlan) {
+  const std::string body = iteration(10, 2400, 150) + iteration(20, 1200, 300);
+  const std::string agree =
+      "[default0]:using world size: 32, data-parallel size: 4, context-parallel size: 1, tensor-model-parallel size: 1, "
+      "pipeline-model-parallel size: 1\n  expert_model_parallel_size ...................... 8\n";
+  EXPECT_NO_THROW(ingest(agree + body));
+  const MegatronLog log = parse_megatron_log(agree + body);
+  ASSERT_EQ(log.startup.size(), 5u);
+  EXPECT_EQ(log.startup.back().name, "ep");
+  EXPECT_EQ(log.startup.back().value, 8);
+  const std::string e = error_of([&] {
+    ingest("using world size: 16, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 2, "
+           "pipeline-model-parallel size: 1\n" + body);
+  });
+  EXPECT_NE(e.find("run.log: the run reports gpus 16 (line 1) but the plan's gpus is 32"), std::string::npos) << e;
+  const std::string dump = error_of([&] { ingest("    tensor_model_parallel_size ...................... 4\n" + body); });
+  EXPECT_NE(dump.find("reports tp 4"), std::string::npos) << dump;
+  const std::string seq = error_of([&] { ingest("[default0]:  seq_length ...................................... 8192\n" + body); });
+  EXPECT_NE(seq.find("reports seq_len 8192"), std::string::npos) << seq;
+}
+
 TEST(MegatronLog, IterationFields) {
   const MegatronLog log = parse_megatron_log(iteration(50, 61674.3, 68.2, 1024));
   ASSERT_EQ(log.iterations.size(), 1u);

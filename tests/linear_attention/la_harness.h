@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kernels/linear_attention/linear_attention.h"
-#include "tests/attention/check.h"
+#include "tests/common/check.h"
 
 namespace lcplan::linear_attention::test {
 

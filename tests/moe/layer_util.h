@@ -11,7 +11,7 @@
 
 #include "kernels/comm/comm.h"
 #include "kernels/comm/helpers.h"
-#include "kernels/moe/moe_layer.h"
+#include "kernels/moe/moe_cpu.h"
 
 namespace lcplan::moe::tests {
 

@@ -66,7 +66,7 @@ std::vector<int64_t> rows_per_local_expert(const comm::Comm& ep, const MoeConfig
   std::vector<int64_t> rows(w.local_experts, 0);
   for (const ChunkBuffers& b : sv.chunks)
     for (int q = 0; q < ep.size; ++q)
-      for (int e = 0; e < w.local_experts; ++e) rows[e] += b.recv_by_block[size_t(q) * w.local_experts + e];
+      for (int e = 0; e < w.local_experts; ++e) rows[e] += b.lay.recv_by_block[size_t(q) * w.local_experts + e];
   return rows;
 }
 
@@ -306,20 +306,52 @@ TEST(MoeLayer, ExpertTensorParallelEqualsDoubleReference) {
       ASSERT_EQ(again.chunks.size(), sv.chunks.size());
       EXPECT_EQ(again.counts_send, sv.counts_send) << what;
       for (size_t k = 0; k < sv.chunks.size(); ++k) {
-        EXPECT_EQ(again.chunks[k].row_of_slot, sv.chunks[k].row_of_slot) << what;
-        EXPECT_EQ(again.chunks[k].recv_counts, sv.chunks[k].recv_counts) << what;
-        EXPECT_EQ(again.chunks[k].send_displs, sv.chunks[k].send_displs) << what;
-        EXPECT_EQ(again.chunks[k].etp_by_block, sv.chunks[k].etp_by_block) << what;
+        EXPECT_EQ(again.chunks[k].rows, sv.chunks[k].rows) << what;
+        EXPECT_EQ(again.chunks[k].lay.recv_counts, sv.chunks[k].lay.recv_counts) << what;
+        EXPECT_EQ(again.chunks[k].lay.send_displs, sv.chunks[k].lay.send_displs) << what;
+        EXPECT_EQ(again.chunks[k].by_block, sv.chunks[k].by_block) << what;
       }
     }
   comm::free_comm(ep);
   comm::free_comm(etp);
 }
 
-// The GPU layers' per-chunk bookkeeping (chunk_layout: kernels/moe/moe_cuda.cpp, executor/moe_cuda.cpp) against the
-// CPU layer's own after a real forward on every rank (uneven tokens, starved experts, 3 chunks): the same all-to-all
-// counts and displacements, and a block table that moves rows received source-major into expert-major order (each
-// expert's rows by source, in arrival order), checked row by row on labels.
+// A chunk's all-to-all layout counted directly: elements per peer sent (from the chunk's routed slots) and received
+// (the peers' counts for this rank, exchanged with MPI_Alltoall), and the rows received per (source, local expert).
+struct CountedLayout {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+  std::vector<int64_t> recv_by_block;
+};
+CountedLayout counted_layout(const comm::Comm& ep, const MoeSaved& sv, const ChunkBuffers& b, int L, int H) {
+  const int P = ep.size, K = int(sv.idx.size()) / sv.tokens;
+  std::vector<int64_t> sent(size_t(P) * L, 0);
+  for (int t = b.t0; t < b.t1; ++t)
+    for (int k = 0; k < K; ++k) ++sent[size_t(sv.idx[size_t(t) * K + k])];  // expert e is rank e / L's e % L
+  CountedLayout c;
+  c.recv_by_block.assign(sent.size(), 0);
+  MPI_Alltoall(sent.data(), L, MPI_INT64_T, c.recv_by_block.data(), L, MPI_INT64_T, ep.mpi);
+  size_t s_at = 0, r_at = 0;
+  for (int q = 0; q < P; ++q) {
+    int64_t s = 0, r = 0;
+    for (int e = 0; e < L; ++e) {
+      s += sent[size_t(q) * L + e];
+      r += c.recv_by_block[size_t(q) * L + e];
+    }
+    c.send_counts.push_back(size_t(s) * H);
+    c.send_displs.push_back(s_at);
+    c.recv_counts.push_back(size_t(r) * H);
+    c.recv_displs.push_back(r_at);
+    s_at += size_t(s) * H;
+    r_at += size_t(r) * H;
+  }
+  return c;
+}
+
+// The layers' per-chunk bookkeeping (chunk_layout, run by moe_pass.h plan_chunks and the GPU layer
+// kernels/moe/moe_cuda.cpp) after a real forward on every rank (uneven tokens, starved experts, 3 chunks): the layout
+// the forward moved its rows with equals chunk_layout of the saved counts and the layout counted directly, and a
+// block table that moves rows received source-major into expert-major order (each expert's rows by source, in
+// arrival order), checked row by row on labels.
 TEST(MoeLayer, ChunkLayoutIsTheCpuLayersLayout) {
   World W;
   const MoeConfig c = small_config(Router::SigmoidGroupLimited);
@@ -334,11 +366,19 @@ TEST(MoeLayer, ChunkLayoutIsTheCpuLayersLayout) {
     const ChunkBuffers& b = sv.chunks[size_t(ch)];
     const ChunkLayout lay = chunk_layout(sv.counts_send, sv.counts_recv, P, W.c.rank, N, L, H, ch);
     const std::string what = "chunk " + std::to_string(ch);
-    EXPECT_EQ(lay.send_counts, b.send_counts) << what;
-    EXPECT_EQ(lay.send_displs, b.send_displs) << what;
-    EXPECT_EQ(lay.recv_counts, b.recv_counts) << what;
-    EXPECT_EQ(lay.recv_displs, b.recv_displs) << what;
-    EXPECT_EQ(lay.recv_by_block, b.recv_by_block) << what;
+    EXPECT_EQ(lay.send_counts, b.lay.send_counts) << what;
+    EXPECT_EQ(lay.send_displs, b.lay.send_displs) << what;
+    EXPECT_EQ(lay.recv_counts, b.lay.recv_counts) << what;
+    EXPECT_EQ(lay.recv_displs, b.lay.recv_displs) << what;
+    EXPECT_EQ(lay.recv_by_block, b.lay.recv_by_block) << what;
+    // The same layout from first principles: the slots this rank routed in the chunk, counted per (peer, local
+    // expert), and what the peers counted for this rank, exchanged here with MPI itself.
+    const CountedLayout own = counted_layout(W.c, sv, b, L, H);
+    EXPECT_EQ(own.send_counts, b.lay.send_counts) << what;
+    EXPECT_EQ(own.send_displs, b.lay.send_displs) << what;
+    EXPECT_EQ(own.recv_counts, b.lay.recv_counts) << what;
+    EXPECT_EQ(own.recv_displs, b.lay.recv_displs) << what;
+    EXPECT_EQ(own.recv_by_block, b.lay.recv_by_block) << what;
     EXPECT_EQ(lay.rows_sent, int64_t(b.t1 - b.t0) * c.top_k) << what;
     EXPECT_EQ(lay.rows_received * H, int64_t(b.xr.size())) << what;
     // Label each received row (source, expert, index within its block), move it by the table, expect the order.

@@ -22,82 +22,35 @@
 
 #include "common/json_file.h"
 #include "profiler/fit.h"
+#include "tests/common/cli_runner.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Outcome {
-  int status = -1;  // exit code, or 128 + signal
-  std::string out, err;
-  double seconds = 0;
-};
+using lcplan::testing::Outcome;
+using lcplan::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-const fs::path& scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("lcplan_profile_test." + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  static const struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  return dir;
-}
+const fs::path& scratch() { return lcplan::testing::scratch("lcplan_profile_test"); }
 
 std::string path(const std::string& name) { return (scratch() / name).string(); }
 
-// Starts argv[0] with argv (no shell), stdout and stderr to files; returns the child's pid.
-pid_t start(const std::vector<std::string>& argv, const std::string& tag) {
-  const fs::path out = scratch() / (tag + ".out"), err = scratch() / (tag + ".err");
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(out.c_str(), "w", stdout);
-    std::freopen(err.c_str(), "w", stderr);
-    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    std::vector<std::string> copy = argv;
-    std::vector<char*> a;
-    for (auto& s : copy) a.push_back(s.data());
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    std::_Exit(127);
-  }
-  return pid;
-}
-
-Outcome finish(pid_t pid, const std::string& tag, std::chrono::steady_clock::time_point t0) {
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  Outcome r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(scratch() / (tag + ".out"));
-  r.err = slurp(scratch() / (tag + ".err"));
-  return r;
+// OpenMPI refuses root without these (CI runs as root).
+lcplan::testing::RunOptions mpi_env() {
+  lcplan::testing::RunOptions o;
+  o.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}};
+  return o;
 }
 
 Outcome run(std::vector<std::string> args, const std::string& tag = "run") {
   args.insert(args.begin(), LCPLAN_BINARY);
-  const auto t0 = std::chrono::steady_clock::now();
-  return finish(start(args, tag), tag, t0);
+  return lcplan::testing::finish_program(lcplan::testing::start_program(args, tag, mpi_env()), tag);
 }
 
 Outcome mpirun(int np, std::vector<std::string> args, const std::string& tag = "mpirun") {
   std::vector<std::string> a = {LCPLAN_MPIEXEC, "--oversubscribe", "-np", std::to_string(np), LCPLAN_BINARY};
   a.insert(a.end(), args.begin(), args.end());
-  const auto t0 = std::chrono::steady_clock::now();
-  return finish(start(a, tag), tag, t0);
+  return lcplan::testing::finish_program(lcplan::testing::start_program(a, tag, mpi_env()), tag);
 }
 
 // A sweep small enough for CI: every case, a few tiny shapes, one repeat.
@@ -266,9 +219,9 @@ void interrupt_during_a_case(int sig) {
   const std::string out = path("killed.json"), hw = path("killed-hw.json");
   const std::string tag = "killed" + std::to_string(sig);
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = start({LCPLAN_BINARY, "profile", "--backend", "cpu", "--out", out, "--hardware-out", hw, "--repeat",
-                           "1000", "--cases", "gemm,copy"},
-                          tag);
+  const pid_t pid = lcplan::testing::start_program({LCPLAN_BINARY, "profile", "--backend", "cpu", "--out", out,
+                                                   "--hardware-out", hw, "--repeat", "1000", "--cases", "gemm,copy"},
+                                                  tag, mpi_env());
   // Wait until the first point of the first case has been timed (the profile is mid-case), then interrupt it.
   bool running = false;
   while (!running && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
@@ -276,7 +229,7 @@ void interrupt_during_a_case(int sig) {
     if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ::kill(pid, sig);
-  const Outcome r = finish(pid, tag, t0);
+  const Outcome r = lcplan::testing::finish_program(pid, tag);
   ASSERT_TRUE(running) << "the profile never started a case: " << r.err;
   EXPECT_EQ(r.status, 128 + sig) << r.err;
   EXPECT_FALSE(fs::exists(out));

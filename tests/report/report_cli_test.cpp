@@ -26,6 +26,7 @@
 #endif
 
 #include "markup.h"
+#include "tests/common/cli_runner.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -37,66 +38,18 @@ namespace {
 
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
+using lcplan::testing::Outcome;
+using lcplan::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+const fs::path& scratch() { return lcplan::testing::scratch("lcplan_report_test"); }
 
-const fs::path& scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("lcplan_report_test." + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  static const struct Cleanup {
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup;
-  return dir;
-}
-
-// Runs a program (no shell) with stdout and stderr captured through files; killed after `timeout_s`.
-Outcome run(const std::string& bin, const std::vector<std::string>& args, int timeout_s = 120) {
-  static int n = 0;
-  const fs::path out = scratch() / ("stdout." + std::to_string(++n)), err = scratch() / ("stderr." + std::to_string(n));
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(out.c_str(), "w", stdout);
-    std::freopen(err.c_str(), "w", stderr);
-    ::setpgid(0, 0);  // chromium's helpers share the group, so a timeout kills them all
-    std::vector<char*> argv;
-    std::string b = bin;
-    argv.push_back(b.data());
-    std::vector<std::string> copy = args;
-    for (auto& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(b.c_str(), argv.data());
-    std::_Exit(127);
-  }
-  int st = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (::waitpid(pid, &st, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, &st, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  Outcome r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+// Runs a program (no shell) in a process group of its own (chromium's helpers share it, so a timeout kills them all).
+Outcome run(const std::string& bin, std::vector<std::string> args, int timeout_s = 120) {
+  args.insert(args.begin(), bin);
+  lcplan::testing::RunOptions opt;
+  opt.timeout_s = timeout_s;
+  opt.own_group = true;
+  return lcplan::testing::run_program(args, opt);
 }
 
 Outcome lcplan(const std::vector<std::string>& args) { return run(LCPLAN_BINARY, args); }

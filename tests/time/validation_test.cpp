@@ -6,11 +6,15 @@
 // the targets that are not met (leave-one-model-out 15%, the article's a5 within 10%) are stated there.
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "calibrate/validate.h"
 #include "common/data_dir.h"
+#include "common/json_file.h"
 #include "estimator/time_model.h"
 
 namespace lcplan {
@@ -90,7 +94,32 @@ TEST_F(Fixture, TuningPathWithinElevenPercentAndPeaksOfFourRows) {
   EXPECT_LT(pred[3], pred[4]);
 }
 
-// Every visible row: in sample and leave one model / one hardware out, with each group's error printed.
+// Every group (model, hardware, context band) against data/validation/recorded-errors.json: neither its in-sample nor
+// its left-out error grows more than 2 points beyond the record (scripts/record_validation.py writes both the record
+// and README's table, which must agree with it).
+void expect_groups_hold_their_record(const ValidationReport& r) {
+  const nlohmann::json rec = read_json_file(data_dir() + "/data/validation/recorded-errors.json", "record")["groups"];
+  std::ifstream in(data_dir() + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::set<std::string> seen;
+  for (const auto* groups : {&r.by_model, &r.by_hardware, &r.by_context})
+    for (const GroupError& g : *groups) {
+      seen.insert(g.group);
+      ASSERT_TRUE(rec.contains(g.group)) << g.group << " is not recorded: run scripts/record_validation.py";
+      const nlohmann::json& want = rec.at(g.group);
+      EXPECT_LE(g.in_sample, want.at("in_sample").get<double>() + 0.02) << g.group << " in sample";
+      if (!want.at("left_out").is_null())
+        EXPECT_LE(g.out_of_sample, want.at("left_out").get<double>() + 0.02) << g.group << " left out of the fit";
+      char line[160];
+      std::snprintf(line, sizeof line, "| %s | %d | %.1f%% |", g.group.c_str(), want.at("rows").get<int>(),
+                    100 * want.at("in_sample").get<double>());
+      EXPECT_NE(readme.find(line), std::string::npos) << "README's validation table lacks \"" << line << "\"";
+    }
+  for (const auto& [group, _] : rec.items()) EXPECT_TRUE(seen.count(group)) << group << " is recorded but not validated";
+}
+
+// Every visible row: in sample and leave one model / one hardware / one context band out, with each group's error
+// printed.
 TEST_F(Fixture, EveryVisibleRowIsAnsweredAndTheErrorsHold) {
   std::vector<Measurement> not_modelled;
   std::vector<MeasuredCase> all;
@@ -118,6 +147,7 @@ TEST_F(Fixture, EveryVisibleRowIsAnsweredAndTheErrorsHold) {
   // The bands the shipped profile carries are the ones this validation computes.
   EXPECT_NEAR(profile.time_band.low, r.time_band.low, 1e-6);
   EXPECT_NEAR(profile.time_band.high, r.time_band.high, 1e-6);
+  expect_groups_hold_their_record(r);
 }
 
 }  // namespace

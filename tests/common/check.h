@@ -1,4 +1,4 @@
-// Test helpers shared by the attention and linear-attention tests: an llm.c-style element checker that prints the
+// Test helpers shared by the kernel and executor tests: an llm.c-style element checker that prints the
 // first few mismatches (index, got, want) and stops, random tensors, and float <-> double copies.
 #pragma once
 

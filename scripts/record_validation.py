@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Record the visible corpus's validation errors: data/validation/recorded-errors.json and README's table.
+
+Runs `lcplan validate --json` on the corpus (the files CI validates), writes every group's in-sample and left-out
+step-time error (model, hardware, context band: leave that group out and refit) with the date and commit, and
+rewrites the README block between the validation markers. tests/time/validation_test.cpp fails when a group's error
+grows more than 2 points beyond what is recorded here, or when README and this file disagree.
+
+Usage: scripts/record_validation.py [path/to/lcplan]   (default build/release/cli/lcplan)"""
+import datetime, json, os, subprocess, sys
+
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+CORPUS = ["megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json"]
+BEGIN, END = "<!-- validation-groups:begin -->", "<!-- validation-groups:end -->"
+
+
+def group_line(name, g):
+    left = "-" if g["left_out"] is None else "%.1f%%" % (100 * g["left_out"])
+    return "| %s | %d | %.1f%% | %s |" % (name, g["rows"], 100 * g["in_sample"], left)
+
+
+def main():
+    lcplan = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "build", "release", "cli", "lcplan")
+    files = [os.path.join(root, "data", "validation", f) for f in CORPUS]
+    out = subprocess.run([lcplan, "validate", "--json", "--measurements"] + files, check=True, capture_output=True,
+                         text=True).stdout
+    s = json.loads(out)["summary"]
+    groups = {}
+    for kind in ("by_model", "by_hardware", "by_context"):
+        for g in s[kind]:
+            groups[g["group"]] = {"rows": g["rows"], "in_sample": g["in_sample"], "left_out": g["left_out"]}
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    record = {"description": "step-time mean |relative error| per group of the visible corpus, in sample and with the "
+                             "group left out of the fit (scripts/record_validation.py)",
+              "date": datetime.date.today().isoformat(), "commit": commit, "corpus": ["data/validation/" + f for f in CORPUS],
+              "summary": {k: s[k] for k in ("time_rows", "time_in_sample", "time_leave_one_model_out",
+                                            "time_leave_one_hardware_out", "time_leave_one_context_band_out")},
+              "groups": groups}
+    with open(os.path.join(root, "data", "validation", "recorded-errors.json"), "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    table = [BEGIN, "| group (step time) | rows | in sample | left out of the fit |", "|---|---|---|---|"]
+    table += [group_line(name, g) for name, g in groups.items()]
+    table.append(END)
+    readme = os.path.join(root, "README.md")
+    text = open(readme).read()
+    a, b = text.index(BEGIN), text.index(END) + len(END)
+    open(readme, "w").write(text[:a] + "\n".join(table) + text[b:])
+
+
+if __name__ == "__main__":
+    main()
