@@ -11,6 +11,12 @@
 namespace lcplan::cli {
 
 namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 struct EstimateArgs {
   PlanFlags plan;
   bool json = false;
@@ -33,8 +39,13 @@ void register_estimate(CLI::App& app, int& exit_code) {
     const std::string record = estimate_to_json(e, plan).dump(2) + "\n";
     if (!args->out.empty()) write_file_atomic(args->out, record);
     print_warnings(start);
-    if (args->json) std::fputs(record.c_str(), stdout);
-    else std::fputs(estimate_table(e, plan, in.model, in.hardware).c_str(), stdout);
+    if (args->json) {
+      std::fputs(record.c_str(), stdout);
+    } else {
+      // One line naming the run settings the plan left to its implementation, and what they were taken as.
+      if (!in.assumed.empty()) std::printf("defaults assumed (%s): %s\n", plan.implementation.c_str(), join(in.assumed).c_str());
+      std::fputs(estimate_table(e, plan, in.model, in.hardware).c_str(), stdout);
+    }
     exit_code = 0;
   });
 }

@@ -3,6 +3,8 @@
 
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
+#include "estimator/memory_model.h"
+#include "estimator/plan.h"
 #include "models/model_spec.h"
 
 namespace lcplan::testing {
@@ -42,5 +44,18 @@ inline Calibration bare_calibration() {
   c.fsdp_prefetch_units = 1;
   return c;
 }
+
+// The toy on 2 GPUs (dp 2) at 128 tokens under the distributed optimizer: the counts of memory_terms_test.cpp.
+inline Plan toy_plan() {
+  Plan p;
+  p.model = "toy";
+  p.gpus = 2;
+  p.seq_len = 128;
+  p.optimizer_sharding = OptimizerSharding::DistOpt;
+  return p;
+}
+
+// A stage's breakdown at its peak.
+inline const MemoryBreakdown& at(const MemoryEstimate& e, int stage) { return e.stages.at(stage).breakdown; }
 
 }  // namespace lcplan::testing
