@@ -338,6 +338,24 @@ std::vector<Measurement> load_measurements(const std::string& path) {
   return measurements_from_json(read_json_file(path, "measurements file"), path);
 }
 
+namespace {
+
+// A record that ran something other than its plan says so: lcplan-exec's `scale` (a smaller model than the plan's),
+// or its CPU backend against a GPU hardware profile. Such a record is compared with nothing here ("" when it matches).
+std::string record_plan_mismatch(const Measurement& m, const Hardware& hw) {
+  if (m.scale && (m.scale->factor != 1 || m.scale->layers_per_kind > 0 || m.scale->mtp_dropped > 0))
+    return "measurement \"" + m.id + "\" ran a model scaled down from its plan's (lcplan-exec --scale " +
+           std::to_string(m.scale->factor) + (m.scale->layers_per_kind > 0 ? ", --layers " + std::to_string(m.scale->layers_per_kind) : "") +
+           "), so it cannot stand for " + m.plan.model + " here; compare it with the plan it scaled (lcplan validate "
+           "--measured RECORD --plan PLAN applies the scale) or measure the plan unscaled";
+  if (m.backend == "cpu" && hw.name.rfind("cpu", 0) != 0)
+    return "measurement \"" + m.id + "\" ran on lcplan-exec's CPU backend but its plan names hardware " + hw.name +
+           "; give the plan the CPU's hardware profile (e.g. cpu-amd-epyc-2c) or measure on the GPU";
+  return "";
+}
+
+}  // namespace
+
 std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir,
                                                std::vector<Measurement>* impossible) {
   std::vector<MeasuredCase> out;
@@ -346,16 +364,18 @@ std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& m
     if (!m.not_modelled.empty()) continue;
     InputChoices choices;
     choices.with_calibration = false;  // predict() resolves the calibration for each run
-    PlanInputs in = load_plan_inputs(m.plan, data_dir, choices);
+    Measurement resolved = m;           // the run's settings its plan left unset, at its implementation's defaults
+    PlanInputs in = load_plan_inputs(resolved.plan, data_dir, choices);
+    if (const std::string e = record_plan_mismatch(m, in.hardware); !e.empty()) throw UserError(e);
     try {
-      check_plan_inputs(in, m.plan);
+      check_plan_inputs(in, resolved.plan);
     } catch (const UserError& e) {
       if (!impossible) throw UserError("measurement \"" + m.id + "\": " + e.what());
       impossible->push_back(m);
       impossible->back().not_modelled = std::string("impossible configuration: ") + e.what();
       continue;
     }
-    out.push_back({m, std::move(in.model), std::move(in.hardware)});
+    out.push_back({std::move(resolved), std::move(in.model), std::move(in.hardware)});
   }
   return out;
 }

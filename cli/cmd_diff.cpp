@@ -71,7 +71,7 @@ nlohmann::json differences(const nlohmann::json& a, const nlohmann::json& b) {
   return rows;
 }
 
-nlohmann::json estimate_record(const Plan& plan, const std::string& calibration) {
+nlohmann::json estimate_record(Plan plan, const std::string& calibration) {
   InputChoices c;
   if (!calibration.empty()) c.calibration = calibration;
   const PlanInputs in = load_checked_inputs(plan, data_dir(), c);

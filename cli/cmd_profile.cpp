@@ -20,6 +20,7 @@
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 #include "estimator/plan_rules.h"
 #include "kernels/comm/comm.h"
@@ -158,7 +159,7 @@ Setup prepare(const ProfileArgs& a, const comm::Comm& world, int ranks_per_node)
     Plan p = load_plan_file(a.plan);
     const ModelSpec m = model_for_plan(load_model(p.model, dir), p);
     const Hardware plan_hw = load_hardware(p.hardware, dir);
-    if (p.gpus_per_node == 0) p.gpus_per_node = plan_hw.gpus_per_node;
+    p.gpus_per_node = nvlink_domain_gpus(p, plan_hw);
     require_valid_plan(m, p);
     if (s.backend == "cpu" && p.precision != Precision::BF16)
       throw UserError(std::string("the plan's precision ") + to_string(p.precision) +

@@ -42,7 +42,7 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
                   e.memory.peak_stage, e.capacity_bytes / (1 << 30), hw.name.c_str());
     e.warnings.emplace_back(buf);
   }
-  if (p.parallel.tp > (p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node))
+  if (p.parallel.tp > nvlink_domain_gpus(p, hw))
     e.warnings.emplace_back("tp spans more than one node: tensor-parallel collectives cross the network");
   if (p.precision != Precision::BF16 && gemm_peak_flops(hw, p.precision) <= hw.peak_bf16_flops)
     e.warnings.emplace_back(hw.name + " has no faster tensor cores for " + to_string(p.precision) + ": it runs at the bf16 rate");

@@ -137,7 +137,6 @@ py::dict estimate_py(py::handle plan_arg, py::handle hardware_arg, py::handle ca
   choose_calibration(calibration_arg, c);
   // The same loader and steps as `lcplan estimate`, so that the record is the CLI's bit for bit.
   const PlanInputs in = load_checked_inputs(plan, data_dir(), c);
-  if (plan.gpus_per_node == 0) plan.gpus_per_node = in.hardware.gpus_per_node;
   return to_python(estimate_to_json(estimate(in.model, plan, in.hardware, in.calibration), plan));
 }
 
@@ -243,12 +242,12 @@ py::dict search_py(const py::kwargs& kw) {
 
   InputChoices choices;
   if (a.count("calibration")) choices.calibration = str_of(a.at("calibration"), "calibration");
+  choices.search = true;  // unset performance switches at the framework's recommended values, as `lcplan search`
   const PlanInputs in = load_plan_inputs(plan, data_dir(), choices);
   check_plan_inputs(in, plan, /*rules=*/false);  // the search chooses the free dimensions
   const ModelSpec& model = in.model;
   const Hardware& hw = in.hardware;
   const Calibration& cal = in.calibration;
-  if (plan.gpus_per_node == 0) plan.gpus_per_node = hw.gpus_per_node;
   if (plan.global_batch == 0) plan.global_batch = effective_global_batch(plan);  // the one default (estimator/plan.h)
 
   SearchOptions opt;

@@ -8,6 +8,7 @@
 
 #include "calibrate/measurement.h"
 #include "common/user_error.h"
+#include "estimator/derived_plan.h"
 #include "estimator/memory_categories.h"
 #include "models/model_table.h"
 #include "models/params.h"
@@ -142,10 +143,10 @@ double tick_step(double max, int want) {
 
 // ---- measured runs -----------------------------------------------------------------------------------------------
 
-std::vector<const MeasuredRun*> runs_for(const std::vector<MeasuredRun>& runs, const Plan& p, int gpn) {
+std::vector<const MeasuredRun*> runs_for(const std::vector<MeasuredRun>& runs, const Plan& p, const Hardware& hw) {
   std::vector<const MeasuredRun*> out;
   for (const MeasuredRun& r : runs)
-    if (same_plan(r.plan, p, gpn)) out.push_back(&r);
+    if (same_plan(r.plan, p, hw)) out.push_back(&r);
   return out;
 }
 
@@ -383,7 +384,7 @@ std::string time_chart(const std::vector<TimeRow>& rows) {
 
 // Pareto front of the search: peak memory against TFLOP/s per GPU, every front plan a point with its name on hover;
 // the chosen plan and the reduced recipe marked and labelled; measured runs as crosses.
-std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& runs, int gpn) {
+std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& runs, const Hardware& hw) {
   const json& front = search.at("pareto");
   const json* best = search.contains("top") && !search.at("top").empty() ? &search.at("top")[0] : nullptr;
   const json* recipe = search.contains("reduced_recipe") && search.at("reduced_recipe").contains("estimate")
@@ -398,7 +399,7 @@ std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& run
   std::vector<std::pair<const MeasuredRun*, const json*>> measured_pts;  // a run and the record of its plan
   auto add_measured = [&](const json& rec) {
     const Plan p = record_plan(rec);
-    for (const MeasuredRun* m : runs_for(runs, p, gpn))
+    for (const MeasuredRun* m : runs_for(runs, p, hw))
       if (m->peak_bytes && measured_tflops(*m, rec)) {
         bool seen = false;
         for (const auto& [mm, _] : measured_pts) seen = seen || mm == m;
@@ -634,9 +635,9 @@ svg { display: block; margin: 6px 0; }
 
 }  // namespace
 
-bool same_plan(const Plan& a, const Plan& b, int default_gpus_per_node) {
+bool same_plan(const Plan& a, const Plan& b, const Hardware& hw) {
   auto key = [&](Plan p) {
-    if (p.gpus_per_node == 0) p.gpus_per_node = default_gpus_per_node;
+    p.gpus_per_node = nvlink_domain_gpus(p, hw);
     return plan_to_json(p);  // writes the effective global batch
   };
   return key(a) == key(b);
@@ -692,19 +693,18 @@ size_t matched_measured_runs(const ReportInput& in) {
   }
   size_t n = 0;
   for (const MeasuredRun& r : in.measured)
-    n += std::any_of(drawn.begin(), drawn.end(), [&](const Plan& p) { return same_plan(r.plan, p, in.hardware.gpus_per_node); });
+    n += std::any_of(drawn.begin(), drawn.end(), [&](const Plan& p) { return same_plan(r.plan, p, in.hardware); });
   return n;
 }
 
 std::string report_html(const ReportInput& in) {
   const json& rec = in.estimate;
   const Plan plan = record_plan(rec);
-  const int gpn = in.hardware.gpus_per_node;
   const bool is_search = in.search.is_object();
   const json* recipe = is_search && in.search.contains("reduced_recipe") && in.search.at("reduced_recipe").contains("estimate")
                            ? &in.search.at("reduced_recipe").at("estimate")
                            : nullptr;
-  const auto measured = runs_for(in.measured, plan, gpn);
+  const auto measured = runs_for(in.measured, plan, in.hardware);
 
   std::ostringstream o;
   const std::string seq = plan.seq_len % 1024 == 0 ? std::to_string(plan.seq_len / 1024) + "K" : std::to_string(plan.seq_len);
@@ -731,12 +731,12 @@ std::string report_html(const ReportInput& in) {
       << fmt("%.0f", value(s, "candidates")) << " candidate plans, " << fmt("%.0f", value(s, "evaluated"))
       << " passed the rules, " << fmt("%.0f", value(s, "feasible")) << " fit; searched in "
       << fmt("%.1f", value(s, "seconds") * 1e3) << " ms</p>\n"
-      << pareto_chart(s, in.measured, gpn);
+      << pareto_chart(s, in.measured, in.hardware);
   }
   o << "<h3>Peak memory per pipeline stage</h3>\n" << memory_chart(rec, measured, plan_label(plan)) << memory_table(rec);
   o << "<h3>Step time</h3>\n";
   std::vector<TimeRow> rows = {{is_search ? "chosen plan" : "plan", &rec, measured}};
-  if (recipe) rows.push_back({"reduced recipe", recipe, runs_for(in.measured, record_plan(*recipe), gpn)});
+  if (recipe) rows.push_back({"reduced recipe", recipe, runs_for(in.measured, record_plan(*recipe), in.hardware)});
   o << time_chart(rows) << time_table(rec);
 
   if (is_search) {
@@ -763,7 +763,7 @@ std::string report_html(const ReportInput& in) {
         << escape(tflops(value(*recipe, "time/tflops_per_gpu"))) << " against " << escape(tflops(value(rec, "time/tflops_per_gpu")))
         << "), " << escape(fmt("%+.2f", dmem / GiB)) << " GiB peak memory.</p>\n";
       o << "<h3>Reduced recipe: peak memory per pipeline stage</h3>\n"
-        << memory_chart(*recipe, runs_for(in.measured, rp, gpn), "reduced recipe") << memory_table(*recipe);
+        << memory_chart(*recipe, runs_for(in.measured, rp, in.hardware), "reduced recipe") << memory_table(*recipe);
     } else {
       o << "<p>No plan following or bending the rules fits.</p>\n";
     }

@@ -38,8 +38,8 @@ struct ReportInput {
   std::string command;      // the command line that made the page, shown at the top
 };
 
-// Whether two plans are the same recipe (gpus_per_node 0 = `default_gpus_per_node`, global batch 0 = its default).
-bool same_plan(const Plan& a, const Plan& b, int default_gpus_per_node);
+// Whether two plans are the same recipe (gpus_per_node 0 = the hardware's, global batch 0 = its default).
+bool same_plan(const Plan& a, const Plan& b, const Hardware& hw);
 
 // How many measured runs are for a plan the page draws (the estimate, a top or Pareto plan, the reduced recipe).
 size_t matched_measured_runs(const ReportInput& in);

@@ -49,6 +49,11 @@ const fs::path& scratch() {
         << R"([{"id": "x", "plan": {"model": "qwen3.5-35b-a3b", "gpus": 64, "seq_len": 4096}, "peak_bytes": 1e10}])";
     std::ofstream(d / "junk.json", std::ios::binary) << std::string("\x7f" "ELF\0\xff\xfe", 8);
     // Megatron-LM interop inputs: a valid recipe, logs that cannot be ingested, a script with an unclosed quote.
+    // An lcplan-exec record of a 64x-scaled CPU run whose plan is the full model on H100 (issue 28 item 2).
+    std::ofstream(d / "scaled_run.json")
+        << R"([{"id": "cpu-scaled", "plan": {"model": "qwen3.5-35b-a3b", "hardware": "h100-sxm-80gb", "gpus": 8,
+        "seq_len": 4096, "parallel": {"ep": 8}}, "peak_bytes": 6e7, "backend": "cpu",
+        "scale": {"factor": 64, "layers_per_kind": 1, "mtp_dropped": 1, "kept_layers": [0, 3]}}])";
     std::ofstream(d / "plan_ok.json") << R"({"model": "qwen3-30b-a3b", "gpus": 32, "seq_len": 4096, "global_batch": 64,
       "parallel": {"ep": 8}})";
     const std::string iteration = " iteration 10/100 | elapsed time per iteration (ms): 1000.0 | global batch size: ";
@@ -196,6 +201,16 @@ std::vector<Bad> bad_invocations() {
       {"bad recompute", est({"--recompute", "partial"}), {"partial"}},
       {"bad routing imbalance", est({"--routing-imbalance", "lots"}), {"lots"}},
       {"routing imbalance below 1", est({"--routing-imbalance", "0.5"}), {"routing_imbalance"}},
+      {"unknown recompute module", est({"--recompute", "selective", "--recompute-modules", "core_attn,attention"}),
+       {"\"attention\"", "core_attn, layernorm"}},
+      {"dispatcher the framework lacks", est({"--ep", "8", "--dispatcher", "deepep", "--implementation", "lcplan-exec"}),
+       {"deepep", "lcplan-exec", "megatron"}},
+      {"CUDA graphs with layer offloading", est({"--cuda-graphs", "transformer_engine", "--offload-activations", "--ep", "8",
+                                                  "--capacity-factor", "1", "--pad-to-capacity", "on"}),
+       {"cuda_graphs", "offload.activations"}},
+      {"CUDA graphs capturing a dropless MoE layer", est({"--cuda-graphs", "full_iteration"}), {"full_iteration", "dropless"}},
+      {"unknown CUDA graph module", est({"--cuda-graphs", "local", "--cuda-graph-modules", "router"}), {"\"router\"", "moe_router"}},
+      {"switch neither on nor off", est({"--dp-overlap", "maybe"}), {"--dp-overlap", "maybe", "on, off"}},
       {"unknown model", {"estimate", "--model", "qwen3.5", "--gpus", "32", "--seq", "128k"}, {"qwen3.5", "qwen3.5-35b-a3b"}},
       {"unknown hardware", est({"--hardware", "h1000"}), {"h1000"}},
       {"hardware name too long for a file name", est({"--hardware", std::string(300, 'h')}), {"hardware", "too long"}},
@@ -217,6 +232,10 @@ std::vector<Bad> bad_invocations() {
         "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 4 --hidden-size 512 --num-attention-heads 8 "
         "--vocab-size 32000 --seq-length 4096 --bf16", "--launcher", "x {plan}", "--run-dir", path("never-runs")},
        {"tune", "--model"}},
+      {"validate of a scaled run against its full plan", {"validate", "--measurements", path("scaled_run.json")},
+       {"cpu-scaled", "scaled down", "--scale 64", "validate --measured"}},
+      {"calibrate from a scaled run", {"calibrate", "--measurements", path("scaled_run.json"), "--out", path("never.json")},
+       {"cpu-scaled", "scaled down"}},
       {"search over too many GPUs", srch({"--gpus", "10000000"}), {"gpus = 10000000", "valid: 1 to 1048576"}},
       {"megatron args with an unclosed quote", est({"--megatron-args", "--seq-length 4096 --tensor-model-parallel-size 'abc"}),
        {"--megatron-args", "quote"}},
