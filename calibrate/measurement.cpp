@@ -364,17 +364,18 @@ std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& m
     if (!m.not_modelled.empty()) continue;
     InputChoices choices;
     choices.with_calibration = false;  // predict() resolves the calibration for each run
-    PlanInputs in = load_plan_inputs(m.plan, data_dir, choices);
+    Measurement resolved = m;           // the run's settings its plan left unset, at its implementation's defaults
+    PlanInputs in = load_plan_inputs(resolved.plan, data_dir, choices);
     if (const std::string e = record_plan_mismatch(m, in.hardware); !e.empty()) throw UserError(e);
     try {
-      check_plan_inputs(in, m.plan);
+      check_plan_inputs(in, resolved.plan);
     } catch (const UserError& e) {
       if (!impossible) throw UserError("measurement \"" + m.id + "\": " + e.what());
       impossible->push_back(m);
       impossible->back().not_modelled = std::string("impossible configuration: ") + e.what();
       continue;
     }
-    out.push_back({m, std::move(in.model), std::move(in.hardware)});
+    out.push_back({std::move(resolved), std::move(in.model), std::move(in.hardware)});
   }
   return out;
 }

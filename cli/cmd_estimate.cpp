@@ -11,6 +11,12 @@
 namespace lcplan::cli {
 
 namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 struct EstimateArgs {
   PlanFlags plan;
   bool json = false;
@@ -33,8 +39,15 @@ void register_estimate(CLI::App& app, int& exit_code) {
     const std::string record = estimate_to_json(e, plan).dump(2) + "\n";
     if (!args->out.empty()) write_file_atomic(args->out, record);
     print_warnings(start);
-    if (args->json) std::fputs(record.c_str(), stdout);
-    else std::fputs(estimate_table(e, plan, in.model, in.hardware).c_str(), stdout);
+    if (args->json) {
+      std::fputs(record.c_str(), stdout);
+    } else {
+      // Under the run header, one line naming the run settings the plan left to its implementation and their values.
+      std::string table = estimate_table(e, plan, in.model, in.hardware);
+      if (!in.assumed.empty())
+        table.insert(table.find('\n') + 1, "defaults assumed (" + plan.implementation + "): " + join(in.assumed) + "\n");
+      std::fputs(table.c_str(), stdout);
+    }
     exit_code = 0;
   });
 }

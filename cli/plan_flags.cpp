@@ -6,10 +6,42 @@
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
-#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 
 namespace lcplan::cli {
+
+namespace {
+
+// The run settings' flags (README "Records": the plan fields they set). Left out, a setting takes the
+// implementation's default, which `estimate` names on its "defaults assumed" line.
+void add_run_setting_flags(CLI::App* c, PlanFlags& f) {
+  c->add_option("--grad-dtype", f.grad_dtype, "main gradients and their DP reduction: fp32 or bf16");
+  c->add_option("--main-params-dtype", f.main_params_dtype, "master weights: fp32 or fp16 (precision-aware optimizer)");
+  c->add_option("--exp-avg-dtype", f.exp_avg_dtype, "Adam first moment: fp32, bf16, fp16 or fp8");
+  c->add_option("--exp-avg-sq-dtype", f.exp_avg_sq_dtype, "Adam second moment: fp32, bf16, fp16 or fp8");
+  c->add_option("--precision-aware-optimizer", f.precision_aware, "on or off (Megatron --use-precision-aware-optimizer)");
+  c->add_option("--fp8-recipe", f.fp8_recipe, "fp8 scaling: tensorwise, delayed or blockwise");
+  c->add_option("--fp8-param-gather", f.fp8_param_gather, "on or off: weights in fp8, all-gathered in fp8");
+  c->add_option("--fp8-attention", f.fp8_attention, "on or off: flash attention in fp8");
+  c->add_option("--recompute-modules", f.recompute_modules,
+                "selective recompute modules, comma-separated: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts");
+  c->add_option("--recompute-method", f.recompute_method, "full recompute: block (first N layers) or uniform (N layers per checkpoint)");
+  c->add_option("--offload-fraction", f.offload_fraction, "with --offload-optimizer: the share of optimizer state on the host");
+  c->add_option("--offload-modules", f.offload_modules,
+                "modules whose input goes to the host: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act");
+  c->add_option("--cuda-graphs", f.cuda_graphs, "none, local, transformer_engine or full_iteration");
+  c->add_option("--cuda-graph-modules", f.cuda_graph_modules, "captured modules: attn, mlp, moe, moe_router, moe_preprocess");
+  c->add_option("--routing", f.routing, "MoE routing: forced (balanced) or aux_loss");
+  c->add_option("--router-dtype", f.router_dtype, "MoE router logits: bf16, fp32 or fp64");
+  c->add_option("--permute-fusion", f.permute_fusion, "on or off: fused MoE permutation");
+  c->add_option("--pad-to-capacity", f.pad_to_capacity, "on or off: token dropping pads experts to capacity");
+  c->add_option("--dp-overlap", f.dp_overlap, "on or off: gradient reduce and parameter gather overlapped");
+  c->add_option("--tp-overlap", f.tp_overlap, "on or off: TP communication overlapped with GEMMs (userbuffers)");
+  c->add_option("--cp-comm", f.cp_comm, "context-parallel communication: p2p, allgather, a2a or a2a+p2p");
+  c->add_option("--cp-a2a-size", f.cp_a2a_size, "a2a+p2p: ranks of each all-to-all group");
+}
+
+}  // namespace
 
 void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_option("--plan", f.plan_file, "recipe.json to start from (flags override its values)");
@@ -46,13 +78,14 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
   c->add_flag("--no-linear-ce", f.linear_ce_off, "materialize the logits before the loss");
   c->add_flag("--a2a-overlap", f.a2a_overlap,
               "overlap one microbatch's MoE all-to-all with another's compute (Megatron --overlap-moe-expert-parallel-comm)");
-  c->add_option("--dispatcher", f.dispatcher, "MoE token dispatcher: alltoall (default) or deepep");
+  c->add_option("--dispatcher", f.dispatcher, "MoE token dispatcher: alltoall (default), allgather, deepep or hybridep");
   c->add_option("--mtp-layers", f.mtp_layers, "multi-token-prediction modules trained (default: the model's)");
   c->add_option("--ep-chunks", f.ep_chunks, "chunked EP overlap: chunks per MoE layer (1 = no chunking)");
   c->add_option("--routing-imbalance", f.routing_imbalance, "busiest rank's routed tokens over the mean (1 = balanced)");
   c->add_option("--capacity-factor", f.capacity_factor, "token dropping capacity factor (0 = dropless)");
+  add_run_setting_flags(c, f);
   c->add_option("--implementation", f.implementation,
-                "the training framework whose overheads apply: megatron (default), bumblebee or lcplan-exec");
+                "the framework that runs the plan: megatron (default), megatron-bridge, bumblebee or lcplan-exec");
   c->add_option("--calibration", f.calibration,
                 "calibration profile: default, a profile in data/calibration, or a JSON path (e.g. from lcplan profile)");
 }
@@ -136,9 +169,86 @@ int single(const std::string& text, const std::string& flag, bool allow_lists, i
 
 Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
   Plan p;
+  p.assumed = kPlanDefaultFields;  // what no flag sets takes the implementation's defaults
   if (!f.plan_file.empty()) p = load_plan_file(f.plan_file);
   return apply_plan_flags(p, f, allow_lists);
 }
+
+namespace {
+
+bool on_off(const std::string& text, const std::string& flag) {
+  if (text == "on") return true;
+  if (text == "off") return false;
+  throw UserError(flag + " \"" + text + "\" is not valid (valid: on, off)");
+}
+
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    out.push_back(text.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// Sets `member` from `text` through `parse` and marks `field` as given.
+template <typename T, typename F>
+void given(Plan& p, const std::string& text, uint32_t field, T& member, F parse) {
+  if (text.empty()) return;
+  member = parse(text);
+  p.assumed &= ~field;
+}
+
+void apply_optimizer_and_precision_flags(Plan& p, const PlanFlags& f) {
+  given(p, f.grad_dtype, kFieldGradDtype, p.optimizer.grad,
+        [](const std::string& t) { return parse_dtype(t, "--grad-dtype", {Dtype::FP32, Dtype::BF16}); });
+  OptimizerNumerics& o = p.optimizer;
+  given(p, f.main_params_dtype, kFieldOptimizerDtypes, o.main_params,
+        [](const std::string& t) { return parse_dtype(t, "--main-params-dtype", {Dtype::FP32, Dtype::FP16}); });
+  const std::vector<Dtype> moments = {Dtype::FP32, Dtype::BF16, Dtype::FP16, Dtype::FP8};
+  given(p, f.exp_avg_dtype, kFieldOptimizerDtypes, o.exp_avg, [&](const std::string& t) { return parse_dtype(t, "--exp-avg-dtype", moments); });
+  given(p, f.exp_avg_sq_dtype, kFieldOptimizerDtypes, o.exp_avg_sq,
+        [&](const std::string& t) { return parse_dtype(t, "--exp-avg-sq-dtype", moments); });
+  given(p, f.precision_aware, kFieldOptimizerDtypes, o.precision_aware,
+        [](const std::string& t) { return on_off(t, "--precision-aware-optimizer"); });
+  given(p, f.fp8_recipe, kFieldFp8Recipe, p.fp8.recipe, [](const std::string& t) { return parse_fp8_recipe(t); });
+  given(p, f.fp8_param_gather, kFieldFp8ParamGather, p.fp8.param_gather, [](const std::string& t) { return on_off(t, "--fp8-param-gather"); });
+  given(p, f.fp8_attention, kFieldFp8Attention, p.fp8.attention, [](const std::string& t) { return on_off(t, "--fp8-attention"); });
+}
+
+void apply_run_setting_flags(Plan& p, const PlanFlags& f) {
+  apply_optimizer_and_precision_flags(p, f);
+  if (!f.recompute_modules.empty())
+    p.recompute_modules = parse_modules(comma_list(f.recompute_modules), recompute_module_names(), "--recompute-modules");
+  if (!f.recompute_method.empty()) p.recompute_method = parse_recompute_method(f.recompute_method);
+  if (!f.offload_fraction.empty())
+    p.offload.optimizer_fraction = parse_number(f.offload_fraction, "--offload-fraction", 0, 1, "above 0, up to 1");
+  if (!f.offload_modules.empty())
+    p.offload.modules = parse_modules(comma_list(f.offload_modules), offload_module_names(), "--offload-modules");
+  given(p, f.cuda_graphs, kFieldCudaGraphs, p.cuda_graphs.impl, [](const std::string& t) { return parse_graph_impl(t); });
+  if (!f.cuda_graph_modules.empty()) {
+    p.cuda_graphs.modules = parse_modules(comma_list(f.cuda_graph_modules), graph_module_names(), "--cuda-graph-modules");
+    p.assumed &= ~kFieldCudaGraphs;
+  }
+  given(p, f.routing, kFieldRouting, p.moe.routing, [](const std::string& t) { return parse_routing(t); });
+  if (!f.routing.empty() && p.moe.routing == Routing::Forced && f.routing_imbalance.empty())
+    p.moe.routing_imbalance = 1, p.assumed &= ~kFieldRoutingImbalance;
+  given(p, f.router_dtype, kFieldRouterDtype, p.moe.router_dtype,
+        [](const std::string& t) { return parse_dtype(t, "--router-dtype", {Dtype::BF16, Dtype::FP32, Dtype::FP64}); });
+  given(p, f.permute_fusion, kFieldPermuteFusion, p.moe.permute_fusion, [](const std::string& t) { return on_off(t, "--permute-fusion"); });
+  given(p, f.pad_to_capacity, kFieldPadToCapacity, p.moe.pad_to_capacity, [](const std::string& t) { return on_off(t, "--pad-to-capacity"); });
+  if (!f.dp_overlap.empty()) {
+    p.comm.overlap_grad_reduce = p.comm.overlap_param_gather = on_off(f.dp_overlap, "--dp-overlap");
+    p.assumed &= ~kFieldDpOverlap;
+  }
+  given(p, f.tp_overlap, kFieldTpOverlap, p.comm.tp_overlap, [](const std::string& t) { return on_off(t, "--tp-overlap"); });
+  given(p, f.cp_comm, kFieldCpComm, p.comm.cp, [](const std::string& t) { return parse_cp_comm(t); });
+  if (!f.cp_a2a_size.empty()) p.comm.cp_a2a_size = parse_positive_int(f.cp_a2a_size, "--cp-a2a-size");
+}
+
+}  // namespace
 
 Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
   if (!f.model.empty()) p.model = f.model;
@@ -173,11 +283,15 @@ Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
   if (f.linear_ce_on) p.linear_ce = true;
   if (f.linear_ce_off) p.linear_ce = false;
   if (f.a2a_overlap) p.moe.a2a_overlap = true;
-  if (!f.dispatcher.empty()) p.moe.dispatcher = parse_dispatcher(f.dispatcher);
+  if (!f.dispatcher.empty()) p.moe.dispatcher = parse_dispatcher(f.dispatcher), p.assumed &= ~kFieldDispatcher;
+  apply_run_setting_flags(p, f);
   if (!f.mtp_layers.empty()) p.mtp_layers = single(f.mtp_layers, "--mtp-layers", false, 0);
   // The ranges are the plan rules' (check_plan words them for plan files too); here only "is it a number".
-  if (!f.routing_imbalance.empty())
+  if (!f.routing_imbalance.empty()) {
     p.moe.routing_imbalance = parse_number(f.routing_imbalance, "--routing-imbalance", -HUGE_VAL, HUGE_VAL, "1 to 64, 1 = balanced");
+    if (p.assumed & kFieldRouting) p.moe.routing = p.moe.routing_imbalance > 1 ? Routing::AuxLoss : Routing::Forced;
+    p.assumed &= ~(kFieldRouting | kFieldRoutingImbalance);
+  }
   if (!f.capacity_factor.empty())
     p.moe.capacity_factor = parse_number(f.capacity_factor, "--capacity-factor", -HUGE_VAL, HUGE_VAL, "0 = dropless, or up to 64");
   // A plan file that gives the field as 0 is told so: "use --seq" would not say what is wrong with the file.
@@ -193,13 +307,13 @@ Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists) {
   return p;
 }
 
-Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model) {
+Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model, bool search) {
   InputChoices c;
   if (!calibration_override.empty()) c.calibration = calibration_override;
   c.model = model;
+  c.search = search;
   Inputs in = load_plan_inputs(plan, data_dir(), c);
   check_plan_inputs(in, plan, /*rules=*/false);  // estimate checks the rules itself; a search's plan is not chosen yet
-  plan.gpus_per_node = nvlink_domain_gpus(plan, in.hardware);  // what every record and emitted launch states
   return in;
 }
 

@@ -22,6 +22,13 @@ struct PlanFlags {
   std::string tp, pp, vpp, cp, ep, etp, ep_chunks, recompute_layers;  // "8" or, for search, "8,16"
   std::string routing_imbalance, capacity_factor;
   std::string mtp_layers, dispatcher;
+  // Run settings (estimator/run_settings.h): names, comma lists, or on / off.
+  std::string grad_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype, precision_aware;
+  std::string fp8_recipe, fp8_param_gather, fp8_attention;
+  std::string recompute_modules, recompute_method, offload_fraction, offload_modules;
+  std::string cuda_graphs, cuda_graph_modules;
+  std::string routing, router_dtype, permute_fusion, pad_to_capacity;
+  std::string dp_overlap, tp_overlap, cp_comm, cp_a2a_size;
   bool linear_ce_on = false, linear_ce_off = false;
   bool a2a_overlap = false;  // neither: estimate keeps the plan's value, search tries both
   bool fsdp = false, dist_opt = false, no_sp = false, offload_optimizer = false, offload_activations = false;
@@ -48,9 +55,11 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists);
 Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists);
 
 // The plan's inputs (estimator/plan_inputs.h) from data_dir(), --calibration (empty: the default profile) and a model
-// already built (Megatron shape flags); fills plan.gpus_per_node from the hardware profile when the plan leaves it 0.
+// already built (Megatron shape flags); fills plan.gpus_per_node from the hardware profile when the plan leaves it 0
+// and the run settings it left unset from its implementation (`search`: the framework's recommended switches).
 using Inputs = PlanInputs;
-Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model = {});
+Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model = {},
+                   bool search = false);
 
 // What a command starts from: plan_from_flags, or a Megatron-LM launch (--megatron-args / --megatron-args-file)
 // read for its model (--model, else the launch's shape flags) and GPU count (--gpus, else WORLD_SIZE or

@@ -6,6 +6,7 @@
 
 #include "common/progress.h"
 #include "common/user_error.h"
+#include "estimator/frameworks.h"
 
 namespace lcplan::cli {
 
@@ -66,7 +67,7 @@ SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
     base.pipeline = {};
     if (!start.global_batch_given) base.global_batch = 0;
   }
-  Inputs in = load_inputs(base, flags.calibration, start.model);
+  Inputs in = load_inputs(base, flags.calibration, start.model, /*search=*/true);
   // The default every output states (estimator/plan.h effective_global_batch), fixed before the walk so that every
   // candidate trains on the same tokens.
   const bool defaulted = flags.global_batch.empty() && base.global_batch == 0;
@@ -89,6 +90,10 @@ SearchSetup prepare_search(const PlanFlags& flags, const SearchFlags& a) {
     opt.throughput_floor = parse_number(a.floor, "--throughput-floor", 0, HUGE_VAL, "0 or more tokens/s per GPU");
   }
   opt.top_k = parse_int_in(a.top, "--top", 1, 1000);
+  // The framework's own limits between a layout and its settings (lcplan-exec's kernels, Megatron-LM's checks).
+  if (const Framework* fw = find_framework(base.implementation); fw && fw->can.limits) {
+    opt.admit = [fw, model = in.model](const Plan& p) { return fw->can.limits(model, p).empty(); };
+  }
   nlohmann::json request = space_request(flags);
   PlanSpace space = search_space(in.model, base, parse_space_request(request, Naming::Flags), Naming::Flags);
   SearchSetup out{std::move(start), std::move(base), defaulted, std::move(in), std::move(opt), std::move(request),

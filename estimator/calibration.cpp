@@ -6,6 +6,7 @@
 
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/frameworks.h"
 
 namespace lcplan {
 
@@ -20,8 +21,10 @@ const std::vector<CoefficientInfo>& coefficient_table() {
       {"memory.logits_bytes_per_element", &Calibration::logits_bytes_per_element, "materialized logits element size (bytes)", false},
       {"memory.linear_ce_vocab_tile", &Calibration::linear_ce_vocab_tile, "vocabulary columns per linear-CE tile", false},
       {"memory.fsdp_prefetch_units", &Calibration::fsdp_prefetch_units, "FSDP units gathered ahead of the current one", false},
-      {"memory.main_grad_bytes", &Calibration::main_grad_bytes, "bytes per gradient element between backward and optimizer", false},
       {"memory.low_precision_weight_bytes", &Calibration::low_precision_weight_bytes, "extra bytes per parameter for the fp8/fp4 weight copy", true, 0, 4},
+      {"memory.dispatcher_buffer_bytes", &Calibration::dispatcher_buffer_bytes, "DeepEP / HybridEP communication buffers (bytes)", true, 0, 1e11},
+      {"memory.tp_overlap_buffers", &Calibration::tp_overlap_buffers, "TE userbuffers of [local tokens, hidden] under TP overlap", false, 0, 64},
+      {"routing.aux_loss_imbalance", &Calibration::aux_loss_imbalance, "busiest EP rank's routed tokens over the mean under aux-loss routing", true, 1, 4},
       {"time.gemm_efficiency", &Calibration::gemm_efficiency, "dense bf16 GEMM: fraction of peak at large token counts", true, 0.05, 1.0},
       {"time.gemm_half_tokens", &Calibration::gemm_half_tokens, "tokens at which dense GEMM efficiency halves", true, 0, 65536},
       {"time.grouped_gemm_efficiency", &Calibration::grouped_gemm_efficiency, "grouped GEMM: fraction of peak at large tokens per expert", true, 0.05, 1.0},
@@ -43,6 +46,10 @@ const std::vector<CoefficientInfo>& coefficient_table() {
       {"time.launch_seconds", &Calibration::launch_seconds, "host seconds to issue one kernel", true, 0, 2e-4},
       {"time.kernels_per_layer", &Calibration::kernels_per_layer, "kernels per decoder layer forward (MoE experts excluded)", false, 1, 1000},
       {"time.kernels_per_moe_chunk", &Calibration::kernels_per_moe_chunk, "kernels per MoE chunk forward", false, 1, 1000},
+      {"time.mlp_kernel_share", &Calibration::mlp_kernel_share, "share of a dense layer's kernels in its MLP block", false, 0, 1},
+      {"time.moe_router_kernel_share", &Calibration::moe_router_kernel_share, "share of a MoE chunk's kernels in routing and preprocessing", false, 0, 1},
+      {"time.unfused_permute_passes", &Calibration::unfused_permute_passes, "extra routed-copy-sized passes without fused permutation", false, 0, 100},
+      {"time.fp8_attention_speedup", &Calibration::fp8_attention_speedup, "fp8 flash attention rate over bf16's", true, 0.5, 4},
       {"time.step_overhead_seconds", &Calibration::step_overhead_seconds, "fixed host seconds per step outside the layers", true, 0, 10},
       {"time.nvlink_latency", &Calibration::nvlink_latency, "seconds per collective inside a node", true, 0, 1e-3},
       {"time.network_latency", &Calibration::network_latency, "seconds per collective across nodes", true, 0, 1e-3},
@@ -55,7 +62,6 @@ const std::vector<CoefficientInfo>& coefficient_table() {
       {"time.tp_overlap", &Calibration::tp_overlap, "fraction of TP collectives hidden under GEMMs", true, 0, 1},
       {"time.ep_overlap", &Calibration::ep_overlap, "fraction of exposed EP all-to-all hidden when the plan overlaps it across microbatches (Megatron --overlap-moe-expert-parallel-comm)", true, 0, 1},
       {"time.dp_overlap", &Calibration::dp_overlap, "fraction of compute available to hide DP/FSDP collectives", true, 0, 1},
-      {"time.dist_opt_overlap", &Calibration::dist_opt_overlap, "1 = DP grad reduce / param gather overlapped with compute, 0 = exposed", false, 0, 1},
       {"time.interference", &Calibration::interference, "compute slowdown per second of overlapped communication", true, 0, 1},
       {"time.optimizer_bytes_per_param", &Calibration::optimizer_bytes_per_param, "HBM bytes per local parameter in the optimizer step", false, 0, 1000},
       {"time.host_link_efficiency", &Calibration::host_link_efficiency, "fraction of the host link (PCIe / C2C) bandwidth achieved by offload copies", true, 0.05, 1},
@@ -71,7 +77,11 @@ const CoefficientInfo* find_coefficient(const std::string& key) {
 }
 
 const std::vector<std::string>& known_implementations() {
-  static const std::vector<std::string> names = {"megatron", "bumblebee", "lcplan-exec"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const Framework& f : frameworks()) n.push_back(f.name);
+    return n;
+  }();
   return names;
 }
 
@@ -90,7 +100,7 @@ void require_known_implementation(const Calibration& profile, const std::string&
 Calibration calibration_for(const Calibration& c, const std::string& hardware, const std::string& implementation) {
   Calibration out = c;
   for (const auto* layer : {&c.per_hardware, &c.per_implementation}) {
-    const std::string& name = layer == &c.per_hardware ? hardware : implementation;
+    const std::string name = layer == &c.per_hardware ? hardware : calibration_key(implementation);
     const auto it = layer->find(name);
     if (it == layer->end()) continue;
     for (const auto& [key, o] : it->second) {
@@ -102,6 +112,10 @@ Calibration calibration_for(const Calibration& c, const std::string& hardware, c
 }
 
 namespace {
+
+// Coefficients older profiles carry whose settings are plan fields now (optimizer.grad_dtype, the comm overlap
+// switches): read and skipped.
+bool retired(const std::string& key) { return key == "memory.main_grad_bytes" || key == "time.dist_opt_overlap"; }
 
 std::string where(const std::string& name) { return "calibration \"" + name + "\""; }
 
@@ -134,6 +148,7 @@ std::map<std::string, Calibration::Overrides> read_layer(const nlohmann::json& j
     const std::string lw = w + " " + field + " \"" + name + "\"";
     if (!coeffs.is_object()) throw UserError(lw + " must be an object of coefficients");
     for (const auto& [key, e] : coeffs.items()) {
+      if (retired(key)) continue;
       if (!find_coefficient(key)) throw UserError(lw + ": unknown coefficient \"" + key + "\"");
       check_entry_keys(e, lw, key, false);
       out[name][key] = {read_value(e, lw, key), read_provenance(e, lw, key)};
@@ -179,7 +194,7 @@ Calibration calibration_from_json(const nlohmann::json& j, const std::string& na
     throw UserError(w + ": field \"coefficients\" is missing or not an object");
   const auto& coeffs = j.at("coefficients");
   for (const auto& [key, value] : coeffs.items())
-    if (!find_coefficient(key)) throw UserError(w + ": unknown coefficient \"" + key + "\"");
+    if (!find_coefficient(key) && !retired(key)) throw UserError(w + ": unknown coefficient \"" + key + "\"");
   for (const auto& info : coefficient_table()) {
     if (!coeffs.contains(info.key)) throw UserError(w + ": coefficient \"" + info.key + "\" is missing");
     const auto& e = coeffs.at(info.key);

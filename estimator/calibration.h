@@ -48,8 +48,12 @@ struct Calibration {
   double logits_bytes_per_element = 0; // materialized logits element size (fp32 logits: 4)
   double linear_ce_vocab_tile = 0;     // vocabulary columns per linear-CE tile
   double fsdp_prefetch_units = 0;      // FSDP units gathered ahead of the current one
-  double main_grad_bytes = 0;          // bytes per gradient element kept between backward and optimizer
   double low_precision_weight_bytes = 0;  // extra bytes per parameter for the fp8/fp4 weight copy of a low-precision recipe
+  double dispatcher_buffer_bytes = 0;  // DeepEP / HybridEP communication buffers (NVLink + RDMA), allocated once
+  double tp_overlap_buffers = 0;       // TE userbuffers of [local tokens, hidden] bf16 under --tp-comm-overlap
+
+  // Routing.
+  double aux_loss_imbalance = 0;       // busiest EP rank's routed tokens over the mean under an auxiliary-loss router
 
   // Time: compute efficiency by shape class, eff(x) = max * x / (x + half) (Calculon/SimuMax-style curves).
   double gemm_efficiency = 0;              // dense bf16 GEMM: fraction of peak at large token counts
@@ -73,6 +77,10 @@ struct Calibration {
   double launch_seconds = 0;               // host time to issue one kernel (framework dispatch + launch)
   double kernels_per_layer = 0;            // kernels per decoder layer forward, MoE expert part excluded
   double kernels_per_moe_chunk = 0;        // kernels per MoE chunk forward (permute, dispatch, fc1, act, fc2, combine...)
+  double mlp_kernel_share = 0;             // share of kernels_per_layer in a dense layer's MLP block (CUDA graph scope mlp)
+  double moe_router_kernel_share = 0;      // share of a MoE chunk's kernels a moe_router + moe_preprocess graph captures
+  double unfused_permute_passes = 0;       // extra routed-copy-sized passes without fused permutation
+  double fp8_attention_speedup = 0;        // fp8 flash attention rate over bf16's (--fp8-dot-product-attention)
   double step_overhead_seconds = 0;        // fixed host time per step outside the layers (optimizer launch, grad norm, logging)
   // Time: collectives, t = latency + bytes * factor(n) / (bandwidth(tier) * efficiency).
   double nvlink_latency = 0;               // seconds per collective inside a node
@@ -86,7 +94,6 @@ struct Calibration {
   double tp_overlap = 0;                   // fraction of TP collectives hidden under GEMMs
   double ep_overlap = 0;                   // fraction of exposed EP all-to-all hidden when the plan overlaps it across microbatches
   double dp_overlap = 0;                   // fraction of compute available to hide DP / FSDP collectives
-  double dist_opt_overlap = 0;             // 1 = grad reduce / param gather overlapped (Megatron --overlap-grad-reduce/--overlap-param-gather), 0 = exposed
   double interference = 0;                 // compute slowdown per second of overlapped communication
   double optimizer_bytes_per_param = 0;    // HBM bytes moved per local parameter by the optimizer step
   double host_link_efficiency = 0;         // achieved fraction of the host link bandwidth for offload copies
@@ -122,13 +129,16 @@ const CoefficientInfo* find_coefficient(const std::string& key);  // nullptr whe
 // implementation's. Provenance follows the value. Unknown names simply have no overrides.
 Calibration calibration_for(const Calibration& c, const std::string& hardware, const std::string& implementation);
 
-// Every base coefficient must be present with a value and a provenance; unknown keys are errors.
+// Every base coefficient must be present with a value and a provenance; unknown keys are errors, except the retired
+// keys memory.main_grad_bytes and time.dist_opt_overlap (now the plan's optimizer.grad_dtype and comm overlap
+// switches), which older profiles carry and are skipped.
 Calibration calibration_from_json(const nlohmann::json& j, const std::string& name);
 nlohmann::json calibration_to_json(const Calibration& c);
 // A profile name under <data_dir>/data/calibration (default, priors) or a path.
 Calibration load_calibration(const std::string& name_or_path, const std::string& data_dir);
 
-// The implementations plans may name (the frameworks the default profile describes).
+// The implementations plans may name (estimator/frameworks.h). calibration_for reads the overrides of the
+// implementation's calibration key (megatron-bridge reads megatron's).
 const std::vector<std::string>& known_implementations();
 // Throws UserError unless `implementation` is a known one or has overrides in the profile.
 void require_known_implementation(const Calibration& profile, const std::string& implementation);

@@ -12,7 +12,10 @@ double hidden_tokens(const Plan& p) {
 }
 
 double routed_load_factor(const Plan& p) {
-  return p.moe.capacity_factor > 0 ? p.moe.capacity_factor : p.moe.routing_imbalance;
+  if (p.moe.capacity_factor <= 0) return p.moe.routing_imbalance;
+  // Megatron pads every expert to capacity = ceil(tokens / experts x cf) with --moe-pad-expert-input-to-capacity;
+  // without it the busiest rank keeps its tokens up to that capacity (moe_utils.py get_capacity).
+  return p.moe.pad_to_capacity ? p.moe.capacity_factor : std::min(p.moe.capacity_factor, p.moe.routing_imbalance);
 }
 
 namespace {
@@ -21,11 +24,18 @@ constexpr double kBf16 = 2;  // bytes of a bf16 element
 constexpr double kFp32 = 4;  // bytes of an fp32 element
 
 // Saved-tensor accounting in bf16, one tensor at a time (after Korthikanti et al. 2022, arXiv 2205.05198,
-// section 4, with flash attention so no s^2 term). `sel` marks tensors that selective recompute drops
-// (Megatron --recompute-modules core_attn, layernorm, moe_act / mlp act).
+// section 4, with flash attention so no s^2 term). Each tensor names the recompute modules that drop it (Megatron
+// --recompute-modules, transformer_config.py) and the offload module whose input it is (--offload-modules: that
+// module's input goes to the host, fine_grained_activation_offloading.md).
 struct Acc {
-  double kept = 0, dropped = 0, moe = 0;
-  void add(double bytes, bool sel = false) { (sel ? dropped : kept) += bytes; }
+  uint16_t drop = 0;     // the plan's selective recompute modules (0 unless selective)
+  uint16_t offload = 0;  // the plan's offloaded modules
+  double total = 0, dropped = 0, offloaded = 0, moe = 0;
+  void add(double bytes, uint16_t recompute = 0, uint16_t offload_as = 0) {
+    total += bytes;
+    if (recompute & drop) dropped += bytes;
+    else if (offload_as & offload) offloaded += bytes;
+  }
 };
 
 struct TokenShape {
@@ -33,17 +43,20 @@ struct TokenShape {
   double hidden;  // tokens of hidden-sized tensors on this rank
   double tp;
   double in;      // bytes per element of a GEMM input saved for the weight gradient (low precision saves it quantized)
+  double qkv;     // bytes per element of flash attention's saved q, k, v (fp8 attention keeps them in fp8)
+  double router;  // bytes per element of the router's logits and probabilities (--moe-router-dtype)
 };
 
 // A low-precision recipe saves each GEMM's input in the GEMM's format for the weight gradient (Transformer Engine
-// keeps the quantized copy): fp8 1 byte; mxfp8 1 byte + one 8-bit scale per 32 elements; nvfp4 half a byte + one
-// 8-bit scale per 16 (OCP Microscaling spec v1.0; NVIDIA NVFP4 format description, arXiv 2509.25149).
+// keeps the quantized copy): fp8 1 byte (blockwise: plus an fp32 scale per 128-element tile, TE Float8BlockQuantizer);
+// mxfp8 1 byte + one 8-bit scale per 32 elements; nvfp4 half a byte + one 8-bit scale per 16 (OCP Microscaling spec
+// v1.0; NVIDIA NVFP4 format description, arXiv 2509.25149).
 }  // namespace
 
-double gemm_input_bytes(Precision p) {
+double gemm_input_bytes(Precision p, Fp8Recipe recipe) {
   switch (p) {
     case Precision::BF16: return kBf16;
-    case Precision::FP8: return 1.0;
+    case Precision::FP8: return recipe == Fp8Recipe::Blockwise ? 1.0 + 4.0 / 128 : 1.0;
     case Precision::MXFP8: return 1.0 + 1.0 / 32;
     case Precision::NVFP4: return 0.5 + 1.0 / 16;
   }
@@ -54,15 +67,19 @@ namespace {
 
 void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc& a) {
   const double h = m.hidden;
-  a.add(s.in * s.hidden * h, true);  // pre-mixer norm output (projection input, re-gathered under SP)
+  a.add(s.in * s.hidden * h, kRecomputeLayernorm, kOffloadQkvLinear);  // pre-mixer norm output (projection input, re-gathered under SP)
   switch (l.mixer) {
     case MixerKind::FullAttention: {
       const AttentionSpec& at = m.attn;
       const double q = at.heads / s.tp * at.head_dim, kv = at.kv_heads / s.tp * at.head_dim;
-      a.add(kBf16 * s.local * (q + 2 * kv));            // q, k, v (flash attention inputs)
-      a.add((at.output_gate ? kBf16 : s.in) * s.local * q);  // attention output (o_proj input when ungated)
-      a.add(kFp32 * s.local * at.heads / s.tp, true);        // softmax log-sum-exp
-      if (at.output_gate) a.add((kBf16 + s.in) * s.local * q);  // gate and gated output (o_proj input)
+      a.add(s.qkv * s.local * (q + 2 * kv), 0, kOffloadCoreAttn);  // q, k, v (flash attention inputs)
+      if (at.output_gate) {
+        a.add(kBf16 * s.local * q);                         // attention output before the gate
+        a.add((kBf16 + s.in) * s.local * q, 0, kOffloadAttnProj);  // gate and gated output (o_proj input)
+      } else {
+        a.add(s.in * s.local * q, 0, kOffloadAttnProj);     // attention output (o_proj input)
+      }
+      a.add(kFp32 * s.local * at.heads / s.tp, kRecomputeCoreAttn);  // softmax log-sum-exp
       break;
     }
     case MixerKind::LinearAttention: {
@@ -82,37 +99,42 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
       // TP, the up-projections gather): q_a output and its norm (q_b input), kv_a output and its norm (kv_b input).
       if (ml.q_lora_rank > 0) a.add((kBf16 + s.in) * s.hidden * ml.q_lora_rank);
       a.add(kBf16 * s.hidden * (ml.kv_lora_rank + ml.qk_rope_head_dim) + s.in * s.hidden * ml.kv_lora_rank);
-      a.add(kBf16 * s.local * heads * (2 * qk + ml.v_head_dim));                  // q, k, v after up-projection
-      a.add(s.in * s.local * heads * ml.v_head_dim);                              // attention output (o_proj input)
-      a.add(kFp32 * s.local * heads, true);                                       // log-sum-exp
+      // q, k, v after the up-projections and RoPE (what mla_up_proj discards and rebuilds)
+      a.add(s.qkv * s.local * heads * (2 * qk + ml.v_head_dim), kRecomputeMlaUpProj, kOffloadCoreAttn);
+      a.add(s.in * s.local * heads * ml.v_head_dim, 0, kOffloadAttnProj);  // attention output (o_proj input)
+      a.add(kFp32 * s.local * heads, kRecomputeCoreAttn);                   // log-sum-exp
       break;
     }
   }
 }
 
 // Gated MLP on `tokens` tokens with `ffn` columns on this rank: fc1 output (gate+up) and activation output (fc2 input).
-void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn, Acc& a, bool moe_part) {
+// `whole`: the recompute modules that drop the whole MLP; the activation is also dropped by moe_act (lcplan applies it
+// to every MLP, as its selective set always did); `fc1_out`: the offload module whose input the fc1 output is.
+void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn, Acc& a, bool moe_part, uint16_t whole,
+              uint16_t fc1_out) {
   const double up = m.gated_mlp ? 2 : 1;
   const double fc1 = kBf16 * tokens * up * ffn, act = s.in * tokens * ffn;
-  a.add(fc1);
-  a.add(act, true);
+  a.add(fc1, whole, fc1_out);
+  a.add(act, whole | kRecomputeMoeAct);
   if (moe_part) a.moe += fc1 + act;
 }
 
 void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
   const double h = m.hidden;
-  a.add(s.in * s.hidden * h, true);  // pre-FFN norm output (fc1 / router input)
+  a.add(s.in * s.hidden * h, kRecomputeLayernorm, kOffloadMlpNorm);  // pre-FFN norm output (fc1 / router input)
   if (l.ffn == FfnKind::Dense) {
-    mlp_acts(m, s, s.local, m.dense_ffn / s.tp, a, false);
+    mlp_acts(m, s, s.local, m.dense_ffn / s.tp, a, false, kRecomputeMlp, 0);
     return;
   }
   const MoeSpec& e = m.moe;
-  a.add(2 * kFp32 * s.hidden * e.num_experts);  // router logits and probabilities (fp32)
-  a.add(s.in * routed * h);                     // dispatched tokens (fc1 input)
-  a.add(kBf16 * routed * h);                    // expert output before combine (needed for the routing-weight gradient)
+  a.add(2 * s.router * s.hidden * e.num_experts, kRecomputeMoe);  // router logits and probabilities
+  a.add(s.in * routed * h, kRecomputeMoe, kOffloadExpertFc1);     // dispatched tokens (fc1 input)
+  a.add(kBf16 * routed * h, kRecomputeMoe);  // expert output before combine (needed for the routing-weight gradient)
   a.moe += (s.in + kBf16) * routed * h;
-  mlp_acts(m, s, routed, double(e.expert_ffn) / p.parallel.etp, a, true);
-  if (e.shared_experts > 0) mlp_acts(m, s, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false);
+  mlp_acts(m, s, routed, double(e.expert_ffn) / p.parallel.etp, a, true, kRecomputeMoe, kOffloadMoeAct);
+  if (e.shared_experts > 0)
+    mlp_acts(m, s, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false, kRecomputeMoe | kRecomputeSharedExperts, 0);
 }
 
 double routed_token_copies(const ModelSpec& m, const Plan& p) {
@@ -170,7 +192,7 @@ int kind_index(DerivedPlan& d, const ModelSpec& m, const Plan& p, const LayerSpe
   k.flops = known ? known->flops : layer_forward_flops(m, l, d.seq);
   k.traffic = known ? known->traffic : layer_traffic(m, l);
   k.params = unit_params(layer_params(m, l), p.parallel);
-  k.when_recomputed = layer_activation(m, p, l, true);  // when_kept depends on the recompute mode: derive_options
+  // when_kept and when_recomputed depend on the recompute choice: derive_options
   d.kinds.push_back(k);
   return int(d.kinds.size() - 1);
 }
@@ -208,18 +230,25 @@ void mark_same_stages(DerivedPlan& d) {
 int nvlink_domain_gpus(const Plan& p, const Hardware& hw) { return p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node; }
 
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
-  const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision)};
+  const double in = gemm_input_bytes(p.precision, p.fp8.recipe);
+  const bool fp8_attention = p.fp8.attention && p.precision != Precision::BF16;
+  const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp), in, fp8_attention ? 1.0 : kBf16,
+                     dtype_bytes(p.moe.router_dtype)};
   Acc a;
-  a.add(kBf16 * s.hidden * m.hidden);  // layer input: the residual stream (the only tensor full recompute keeps)
-  const double input = a.kept;
+  a.drop = p.recompute == Recompute::Selective ? p.recompute_modules : 0;
+  a.offload = recomputed ? 0 : p.offload.modules;
+  a.add(kBf16 * s.hidden * m.hidden, 0, kOffloadAttnNorm);  // layer input: the residual stream (all full recompute keeps)
+  const double input = a.total;
   mixer_acts(m, layer, s, a);
   ffn_acts(m, p, layer, s, routed_token_copies(m, p), a);
   LayerActivation out;
-  out.full = a.kept + a.dropped;
+  out.full = a.total;
   out.moe_tokens = a.moe;
-  if (recomputed) out.saved = input;
-  else if (p.recompute == Recompute::Selective) out.saved = a.kept;
-  else out.saved = out.full;
+  out.offloaded = a.offloaded;
+  // Full recompute keeps the layer input; the uniform method keeps one per checkpoint of recompute_layers layers.
+  const double group = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
+  if (recomputed) out.saved = input / group;
+  else out.saved = a.total - a.dropped - a.offloaded;
   return out;
 }
 
@@ -319,14 +348,20 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
 void derive_options(DerivedPlan& d) {
   const Plan& p = *d.plan;
   d.moe_chunks = d.has_moe ? std::max(1, p.moe.ep_chunks) : 1;
-  if (d.derived_recompute == std::pair{p.recompute, p.recompute_layers}) return;  // the rest reads only these two
-  d.derived_recompute = {p.recompute, p.recompute_layers};
+  const DerivedPlan::RecomputeChoice choice{p.recompute, p.recompute_layers, p.recompute_method, p.recompute_modules};
+  if (d.derived_recompute == choice) return;  // the rest reads only the recompute choice
+  d.derived_recompute = choice;
   const bool full = p.recompute == Recompute::Full;
-  for (LayerKind& k : d.kinds) k.when_kept = layer_activation(*d.model, p, k.spec, false);
+  for (LayerKind& k : d.kinds) {
+    k.when_kept = layer_activation(*d.model, p, k.spec, false);
+    k.when_recomputed = layer_activation(*d.model, p, k.spec, true);
+  }
   for (StageRecord& st : d.stages) st.saved_activations = 0, st.kinds_present = 0;
   for (LayerRecord& r : d.layers) {
-    // Megatron's block method recomputes the first recompute_layers of each virtual stage; MTP modules all.
-    r.recomputed = full && (r.mtp || p.recompute_layers == 0 || r.pos < p.recompute_layers);
+    // Megatron's block method recomputes the first recompute_layers of each virtual stage, uniform every layer
+    // (one checkpoint per recompute_layers); MTP modules all.
+    r.recomputed = full && (r.mtp || p.recompute_layers == 0 || p.recompute_method == RecomputeMethod::Uniform ||
+                            r.pos < p.recompute_layers);
     const LayerKind& kind = d.kinds[r.kind];
     StageRecord& st = d.stages[r.stage];
     st.saved_activations += r.inflight * (r.recomputed ? kind.when_recomputed : kind.when_kept).saved;

@@ -24,9 +24,9 @@ namespace lcplan {
 // Sizes that need only the plan (the rules call these before a plan is known to be valid).
 double local_tokens(const Plan& p);   // seq_len * micro_batch / cp
 double hidden_tokens(const Plan& p);  // local_tokens / tp under sequence parallelism (tp > 1), else local_tokens
-// Busiest rank's routed tokens over the mean: token dropping pads every expert to its capacity (Megatron
-// --moe-pad-expert-input-to-capacity, which `--emit megatron` sets), so capacity_factor; dropless routing carries
-// the imbalance.
+// Busiest rank's routed tokens over the mean: token dropping with padding pads every expert to its capacity (Megatron
+// --moe-pad-expert-input-to-capacity), so capacity_factor; without padding the imbalance up to the capacity factor;
+// dropless routing carries the imbalance.
 double routed_load_factor(const Plan& p);
 
 // Parameters of one layer (or FSDP unit) on this GPU, before optimizer/FSDP sharding.
@@ -37,9 +37,10 @@ struct UnitParams {
 
 // Saved activation bytes of one layer for one microbatch on this GPU.
 struct LayerActivation {
-  double saved = 0;       // kept until the layer's backward under the plan's recompute mode
+  double saved = 0;       // kept on the device until the layer's backward under the plan's recompute mode
   double full = 0;        // everything the layer's backward needs (what recompute rebuilds)
   double moe_tokens = 0;  // the part of `full` that scales with routed tokens (chunked under chunked EP)
+  double offloaded = 0;   // the part of `full` the plan's offloaded modules keep on the host (offload.modules)
 };
 
 // One distinct layer shape (mixer, FFN, sliding window): every layer of a kind weighs and costs the same.
@@ -119,11 +120,18 @@ struct DerivedPlan {
   int moe_chunks = 1;           // ep_chunks (1 on dense models)
   double model_flops_per_step = 0;  // Megatron-style model FLOPs of one step (estimator/flops.h)
   // The recompute choice derive_options last derived the records for (layers -1: none yet).
-  std::pair<Recompute, int> derived_recompute{Recompute::None, -1};
+  struct RecomputeChoice {
+    Recompute mode = Recompute::None;
+    int layers = -1;
+    RecomputeMethod method = RecomputeMethod::Block;
+    uint16_t modules = 0;
+    bool operator==(const RecomputeChoice&) const = default;
+  };
+  RecomputeChoice derived_recompute;
 };
 
 // GPUs per NVLink domain: the plan's gpus_per_node, else the hardware profile's. The one derivation:
-// DerivedPlan::gpus_per_node holds it; the CLI and Python loaders write it into the plan they load.
+// DerivedPlan::gpus_per_node holds it and load_plan_inputs writes it into the plan it loads.
 int nvlink_domain_gpus(const Plan& p, const Hardware& hw);
 
 // The plan must be valid (check_plan). `hw` supplies the node size when the plan gives none.
@@ -138,7 +146,7 @@ void derive_options(DerivedPlan& d);  // reads d.plan's moe.ep_chunks, recompute
 
 // Bytes per element of a GEMM input in the plan's precision (bf16 2; fp8 1; mxfp8 and nvfp4 with their block
 // scales): how a low-precision recipe saves it for the weight gradient and dispatches it to the experts.
-double gemm_input_bytes(Precision p);
+double gemm_input_bytes(Precision p, Fp8Recipe recipe = Fp8Recipe::Tensorwise);
 
 // Saved activations of one layer of `layer`'s kind for one microbatch (exposed for tests).
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "estimator/run_physics.h"
 #include "parallel/pipeline_split.h"
 #include "models/params.h"
 
@@ -22,7 +23,6 @@ namespace {
 
 constexpr double kBf16 = 2;        // bytes of a bf16 element
 constexpr double kFp32 = 4;        // bytes of an fp32 element
-constexpr double kAdamBytes = 12;  // fp32 master + two fp32 Adam moments (ZeRO paper, arXiv 1910.02054, section 3.1)
 
 // Weights, main gradients and optimizer state of one stage after sharding, plus the fixed workspace and context.
 MemoryBreakdown static_terms(const DerivedPlan& d, const StageRecord& sr, const Calibration& cal) {
@@ -30,32 +30,33 @@ MemoryBreakdown static_terms(const DerivedPlan& d, const StageRecord& sr, const 
   const UnitParams& sp = sr.params;
   const double dense_shard = double(d.dp) * p.parallel.cp;  // ranks sharing the same dense parameters (dist-opt group)
   const double edp = d.edp;                                  // expert data parallel size
-  const double grad_b = cal.main_grad_bytes;
-  // bf16 weights, plus the fp8/fp4 copy a low-precision recipe keeps of them (Transformer Engine's weight cache).
-  const double param_b = kBf16 + (p.precision == Precision::BF16 ? 0.0 : cal.low_precision_weight_bytes);
+  const double grad_b = grad_bytes_per_param(p);
+  const double param_b = param_bytes_per_param(p, cal);
+  const double adam_b = optimizer_state_bytes_per_param(p);
   MemoryBreakdown stat;
   switch (p.optimizer_sharding) {
     case OptimizerSharding::None:
       stat.params = param_b * (sp.dense + sp.expert);
       stat.grads = grad_b * (sp.dense + sp.expert);
-      stat.optimizer = kAdamBytes * (sp.dense + sp.expert);
+      stat.optimizer = adam_b * (sp.dense + sp.expert);
       break;
     case OptimizerSharding::DistOpt:  // ZeRO-1: optimizer sharded over DP*CP (dense) and expert-DP (experts)
       stat.params = param_b * (sp.dense + sp.expert);
       stat.grads = grad_b * (sp.dense + sp.expert);
-      stat.optimizer = kAdamBytes * (sp.dense / dense_shard + sp.expert / edp);
+      stat.optimizer = adam_b * (sp.dense / dense_shard + sp.expert / edp);
       break;
     case OptimizerSharding::Fsdp: {  // ZeRO-3: everything sharded over the same groups
       const double shard = sp.dense / dense_shard + sp.expert / edp;
       stat.params = param_b * shard;
       stat.grads = grad_b * shard;
-      stat.optimizer = kAdamBytes * shard;
+      stat.optimizer = adam_b * shard;
       break;
     }
   }
-  if (p.offload.optimizer) stat.optimizer = 0;
-  // NCCL allocates buffers per communicator this rank belongs to.
-  stat.workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * d.communicators;
+  // Offloaded optimizer state lives on the host: the offloaded fraction of it (Megatron --optimizer-offload-fraction).
+  if (p.offload.optimizer) stat.optimizer *= 1 - p.offload.optimizer_fraction;
+  // NCCL allocates buffers per communicator this rank belongs to; dispatchers, TP overlap and CUDA graphs add theirs.
+  stat.workspace = cal.workspace_bytes + cal.nccl_bytes_per_group * d.communicators + run_settings_workspace(d, sr, cal);
   stat.cuda_context = cal.cuda_context_bytes;
   return stat;
 }
@@ -108,7 +109,9 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
 
   // The largest rematerialized layer's extra working set, and the largest whole layer, per stage: one look at each
   // (kind, recomputed) pair the stage holds. During its backward a layer is whole on the device: full recompute
-  // rebuilds it (chunked EP one chunk of routed tokens at a time), selective recompute rebuilds what it dropped.
+  // rebuilds it (chunked EP one chunk of routed tokens at a time; the uniform method a checkpoint's layers at once),
+  // selective recompute rebuilds what it dropped, offloaded modules' inputs come back from the host.
+  const double group = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
   auto rebuilt = [&](const StageRecord& st, double& working, double& whole) {
     working = whole = 0;
     for (uint64_t bits = st.kinds_present; bits; bits &= bits - 1) {
@@ -116,7 +119,7 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
       const bool recomputed = bit & 1;
       const LayerActivation& la = recomputed ? d.kinds[bit / 2].when_recomputed : d.kinds[bit / 2].when_kept;
       const double w = recomputed ? (la.full - la.moe_tokens) + la.moe_tokens * chunk_factor : la.full;
-      if (recomputed || p.recompute == Recompute::Selective) working = std::max(working, w - la.saved);
+      if (recomputed || la.full > la.saved) working = std::max(working, (recomputed ? group : 1) * w - la.saved);
       whole = std::max(whole, w);
     }
   };
@@ -140,6 +143,13 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
     t.rebuilt = std::max(t.rebuilt, whole);
   }
   if (sr.has_moe) t.moe_buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor;
+  // The allgather dispatcher gathers the EP group's tokens before its local permutation (Megatron-LM
+  // token_dispatcher.py MoEAllGatherTokenDispatcher), and scatters as many back.
+  if (sr.has_moe && q.ep > 1 && p.moe.dispatcher == MoeDispatcher::AllGather)
+    t.moe_buffers += 2 * kBf16 * d.hidden_tokens * q.ep * m.hidden;
+  // Cross-microbatch EP overlap runs one microbatch's forward inside another's backward (Megatron's combined 1F1B):
+  // a layer of the next microbatch is alive beside the one being backpropagated (MPC: it can raise the peak).
+  if (sr.has_moe && p.moe.a2a_overlap) t.rebuilt += whole;
   // Loss side (last stage): fp32 logits tokens x vocab/tp (article section 2.3) or linear CE's streaming state.
   if (last) {
     const double vocab_local = double(m.vocab) / q.tp;
@@ -151,8 +161,8 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
     }
   }
   if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
-    t.fsdp_gather = kBf16 * (1 + cal.fsdp_prefetch_units) * sr.max_unit;  // current + prefetched unit
-    t.fsdp_grad = cal.main_grad_bytes * sr.max_unit;                      // unsharded gradient before reduce-scatter
+    t.fsdp_gather = param_gather_bytes_per_param(p) * (1 + cal.fsdp_prefetch_units) * sr.max_unit;  // current + prefetched
+    t.fsdp_grad = grad_bytes_per_param(p) * sr.max_unit;  // unsharded gradient before reduce-scatter
   }
   t.fragmentation = cal.fragmentation;
   st.terms = t;

@@ -68,11 +68,19 @@ const char* to_string(Recompute v) {
   return "?";
 }
 
-const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::DeepEP ? "deepep" : "alltoall"; }
+const char* to_string(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::AllToAll: return "alltoall";
+    case MoeDispatcher::AllGather: return "allgather";
+    case MoeDispatcher::DeepEP: return "deepep";
+    case MoeDispatcher::HybridEP: return "hybridep";
+  }
+  return "?";
+}
 MoeDispatcher parse_dispatcher(const std::string& s) {
-  if (s == "alltoall") return MoeDispatcher::AllToAll;
-  if (s == "deepep") return MoeDispatcher::DeepEP;
-  throw UserError("moe dispatcher \"" + s + "\" is not valid (use alltoall or deepep)");
+  for (MoeDispatcher d : {MoeDispatcher::AllToAll, MoeDispatcher::AllGather, MoeDispatcher::DeepEP, MoeDispatcher::HybridEP})
+    if (s == to_string(d)) return d;
+  throw UserError("moe dispatcher \"" + s + "\" is not valid (use alltoall, allgather, deepep or hybridep)");
 }
 
 Precision parse_precision(const std::string& s) {
@@ -160,14 +168,132 @@ std::string get_string(const nlohmann::json& j, const char* key, const std::stri
   return v.get<std::string>();
 }
 
+std::vector<std::string> get_names(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto& v = j.at(key);
+  if (!v.is_array() || v.size() > 32) throw UserError(where + "\"" + key + "\" must be a list of module names");
+  std::vector<std::string> out;
+  for (const auto& x : v) {
+    if (!x.is_string()) throw UserError(where + "\"" + key + "\" must be a list of module names");
+    out.push_back(x.get<std::string>());
+  }
+  return out;
+}
+
+const std::vector<Dtype> kGradDtypes = {Dtype::FP32, Dtype::BF16};
+const std::vector<Dtype> kMainParamDtypes = {Dtype::FP32, Dtype::FP16};
+const std::vector<Dtype> kMomentDtypes = {Dtype::FP32, Dtype::BF16, Dtype::FP16, Dtype::FP8};
+const std::vector<Dtype> kRouterDtypes = {Dtype::BF16, Dtype::FP32, Dtype::FP64};
+
+void read_offload(const nlohmann::json& j, Plan& p) {
+  if (!j.contains("offload")) return;
+  const auto& off = j.at("offload");
+  check_keys(off, {"optimizer", "activations", "optimizer_fraction", "modules"}, "plan \"offload\"");
+  const std::string w = "plan: offload.";
+  p.offload.optimizer = get_bool(off, "optimizer", w, false);
+  p.offload.activations = get_bool(off, "activations", w, false);
+  p.offload.optimizer_fraction = get_double(off, "optimizer_fraction", w, 1.0);
+  if (off.contains("modules")) p.offload.modules = parse_modules(get_names(off, "modules", w), offload_module_names(), "offload module");
+}
+
+// Routing: an explicit imbalance says which routing it is when "routing" is absent (1 = forced balance).
+void read_moe(const nlohmann::json& j, Plan& p) {
+  p.assumed |= kFieldRouting | kFieldRoutingImbalance | kFieldRouterDtype | kFieldPermuteFusion;
+  if (!j.contains("moe")) return;
+  const auto& m = j.at("moe");
+  check_keys(m, {"ep_chunks", "routing_imbalance", "capacity_factor", "a2a_overlap", "dispatcher", "routing", "router_dtype",
+                 "permute_fusion", "pad_to_capacity"},
+             "plan \"moe\"");
+  const std::string w = "plan: moe.";
+  p.moe.ep_chunks = get_int(m, "ep_chunks", w, 1);
+  p.moe.routing_imbalance = get_double(m, "routing_imbalance", w, 1.0);
+  p.moe.capacity_factor = get_double(m, "capacity_factor", w, 0.0);
+  p.moe.a2a_overlap = get_bool(m, "a2a_overlap", w, false);
+  p.moe.dispatcher = parse_dispatcher(get_string(m, "dispatcher", w, "alltoall"));
+  p.moe.pad_to_capacity = get_bool(m, "pad_to_capacity", w, true);
+  if (m.contains("routing")) {
+    p.moe.routing = parse_routing(get_string(m, "routing", w, ""));
+    p.assumed &= ~kFieldRouting;
+  }
+  if (m.contains("routing_imbalance")) {
+    p.assumed &= ~kFieldRoutingImbalance;
+    if (p.assumed & kFieldRouting) p.moe.routing = p.moe.routing_imbalance > 1 ? Routing::AuxLoss : Routing::Forced;
+    p.assumed &= ~kFieldRouting;
+  } else if (!(p.assumed & kFieldRouting) && p.moe.routing == Routing::Forced) {
+    p.assumed &= ~kFieldRoutingImbalance;  // forced balance: 1
+  }
+  if (m.contains("router_dtype")) {
+    p.moe.router_dtype = parse_dtype(get_string(m, "router_dtype", w, ""), "moe router_dtype", kRouterDtypes);
+    p.assumed &= ~kFieldRouterDtype;
+  }
+  if (m.contains("permute_fusion")) p.moe.permute_fusion = get_bool(m, "permute_fusion", w, true), p.assumed &= ~kFieldPermuteFusion;
+}
+
+void read_optimizer(const nlohmann::json& j, Plan& p) {
+  p.assumed |= kFieldGradDtype | kFieldOptimizerDtypes;
+  if (!j.contains("optimizer")) return;
+  const auto& o = j.at("optimizer");
+  check_keys(o, {"grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "precision_aware"}, "plan \"optimizer\"");
+  const std::string w = "plan: optimizer.";
+  OptimizerNumerics& n = p.optimizer;
+  if (o.contains("grad_dtype")) n.grad = parse_dtype(get_string(o, "grad_dtype", w, ""), "optimizer grad_dtype", kGradDtypes), p.assumed &= ~kFieldGradDtype;
+  if (o.contains("main_params_dtype") || o.contains("exp_avg_dtype") || o.contains("exp_avg_sq_dtype") || o.contains("precision_aware"))
+    p.assumed &= ~kFieldOptimizerDtypes;
+  n.main_params = parse_dtype(get_string(o, "main_params_dtype", w, "fp32"), "optimizer main_params_dtype", kMainParamDtypes);
+  n.exp_avg = parse_dtype(get_string(o, "exp_avg_dtype", w, "fp32"), "optimizer exp_avg_dtype", kMomentDtypes);
+  n.exp_avg_sq = parse_dtype(get_string(o, "exp_avg_sq_dtype", w, "fp32"), "optimizer exp_avg_sq_dtype", kMomentDtypes);
+  n.precision_aware = get_bool(o, "precision_aware", w, false);
+}
+
+void read_fp8(const nlohmann::json& j, Plan& p) {
+  p.assumed |= kFieldFp8Recipe | kFieldFp8ParamGather | kFieldFp8Attention;
+  if (!j.contains("fp8")) return;
+  const auto& f = j.at("fp8");
+  check_keys(f, {"recipe", "param_gather", "attention"}, "plan \"fp8\"");
+  const std::string w = "plan: fp8.";
+  if (f.contains("recipe")) p.fp8.recipe = parse_fp8_recipe(get_string(f, "recipe", w, "")), p.assumed &= ~kFieldFp8Recipe;
+  if (f.contains("param_gather")) p.fp8.param_gather = get_bool(f, "param_gather", w, false), p.assumed &= ~kFieldFp8ParamGather;
+  if (f.contains("attention")) p.fp8.attention = get_bool(f, "attention", w, false), p.assumed &= ~kFieldFp8Attention;
+}
+
+void read_graphs_and_comm(const nlohmann::json& j, Plan& p) {
+  p.assumed |= kFieldCudaGraphs | kFieldDpOverlap | kFieldTpOverlap | kFieldCpComm;
+  if (j.contains("cuda_graphs")) {
+    const auto& g = j.at("cuda_graphs");
+    check_keys(g, {"impl", "modules"}, "plan \"cuda_graphs\"");
+    p.cuda_graphs.impl = parse_graph_impl(get_string(g, "impl", "plan: cuda_graphs.", "none"));
+    if (g.contains("modules")) p.cuda_graphs.modules = parse_modules(get_names(g, "modules", "plan: cuda_graphs."), graph_module_names(), "cuda graph module");
+    p.assumed &= ~kFieldCudaGraphs;
+  }
+  if (!j.contains("comm")) return;
+  const auto& c = j.at("comm");
+  check_keys(c, {"overlap_grad_reduce", "overlap_param_gather", "tp_overlap", "cp", "cp_a2a_size"}, "plan \"comm\"");
+  const std::string w = "plan: comm.";
+  if (c.contains("overlap_grad_reduce") || c.contains("overlap_param_gather")) p.assumed &= ~kFieldDpOverlap;
+  p.comm.overlap_grad_reduce = get_bool(c, "overlap_grad_reduce", w, true);
+  p.comm.overlap_param_gather = get_bool(c, "overlap_param_gather", w, true);
+  if (c.contains("tp_overlap")) p.comm.tp_overlap = get_bool(c, "tp_overlap", w, true), p.assumed &= ~kFieldTpOverlap;
+  if (c.contains("cp")) p.comm.cp = parse_cp_comm(get_string(c, "cp", w, "p2p")), p.assumed &= ~kFieldCpComm;
+  p.comm.cp_a2a_size = get_int(c, "cp_a2a_size", w, 0);
+}
+
+void read_recompute(const nlohmann::json& j, Plan& p) {
+  const std::string w = "plan: ";
+  p.recompute = parse_recompute(get_string(j, "recompute", w, "none"));
+  p.recompute_layers = get_int(j, "recompute_layers", w, 0);
+  p.recompute_method = parse_recompute_method(get_string(j, "recompute_method", w, "block"));
+  if (j.contains("recompute_modules"))
+    p.recompute_modules = parse_modules(get_names(j, "recompute_modules", w), recompute_module_names(), "recompute module");
+}
+
 }  // namespace
 
 Plan plan_from_json(const nlohmann::json& j) {
   const std::string w = "plan: ";
   check_keys(j,
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
-              "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers", "offload",
-              "linear_ce", "mtp_layers", "moe", "implementation", "dp"},
+              "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers",
+              "recompute_method", "recompute_modules", "offload", "linear_ce", "mtp_layers", "moe", "optimizer", "fp8",
+              "cuda_graphs", "comm", "implementation", "dp"},
              "plan");
   Plan p;
   p.model = get_string(j, "model", w, "");
@@ -213,27 +339,16 @@ Plan plan_from_json(const nlohmann::json& j) {
   }
   p.sequence_parallel = get_bool(j, "sequence_parallel", w, true);
   p.optimizer_sharding = parse_optimizer_sharding(get_string(j, "optimizer_sharding", w, "dist_opt"));
-  p.recompute = parse_recompute(get_string(j, "recompute", w, "none"));
-  p.recompute_layers = get_int(j, "recompute_layers", w, 0);
-  if (j.contains("offload")) {
-    const auto& off = j.at("offload");
-    check_keys(off, {"optimizer", "activations"}, "plan \"offload\"");
-    p.offload.optimizer = get_bool(off, "optimizer", "plan: offload.", false);
-    p.offload.activations = get_bool(off, "activations", "plan: offload.", false);
-  }
+  read_recompute(j, p);
+  read_offload(j, p);
   p.linear_ce = get_bool(j, "linear_ce", w, false);
   p.mtp_layers = get_int(j, "mtp_layers", w, -1);
   if (p.mtp_layers < -1 || p.mtp_layers > 16)
     throw UserError("plan: \"mtp_layers\" = " + std::to_string(p.mtp_layers) + " is out of range (valid: 0 to 16, or -1 for the model's)");
-  if (j.contains("moe")) {
-    const auto& m = j.at("moe");
-    check_keys(m, {"ep_chunks", "routing_imbalance", "capacity_factor", "a2a_overlap", "dispatcher"}, "plan \"moe\"");
-    p.moe.ep_chunks = get_int(m, "ep_chunks", "plan: moe.", 1);
-    p.moe.routing_imbalance = get_double(m, "routing_imbalance", "plan: moe.", 1.0);
-    p.moe.capacity_factor = get_double(m, "capacity_factor", "plan: moe.", 0.0);
-    p.moe.a2a_overlap = get_bool(m, "a2a_overlap", "plan: moe.", false);
-    p.moe.dispatcher = parse_dispatcher(get_string(m, "dispatcher", "plan: moe.", "alltoall"));
-  }
+  read_moe(j, p);
+  read_optimizer(j, p);
+  read_fp8(j, p);
+  read_graphs_and_comm(j, p);
   p.implementation = get_string(j, "implementation", w, p.implementation);
   // dp may be present in emitted recipes for the reader's benefit; it must agree with the derived value.
   if (j.contains("dp") && (!j.at("dp").is_number_integer() || j.at("dp").get<int64_t>() != data_parallel(p)))
@@ -241,6 +356,53 @@ Plan plan_from_json(const nlohmann::json& j) {
                     " and must not be given a different value");
   return p;
 }
+
+namespace {
+
+// The run settings (estimator/run_settings.h), each written unless the plan left it to its implementation.
+void write_run_settings(const Plan& p, nlohmann::json& j) {
+  const auto given = [&](uint32_t field) { return !(p.assumed & field); };
+  if (p.recompute_method != RecomputeMethod::Block) j["recompute_method"] = to_string(p.recompute_method);
+  if (p.recompute == Recompute::Selective && given(kFieldRecomputeModules))
+    j["recompute_modules"] = module_list(p.recompute_modules, recompute_module_names());
+  if (p.offload.optimizer && p.offload.optimizer_fraction != 1.0) j["offload"]["optimizer_fraction"] = p.offload.optimizer_fraction;
+  if (p.offload.modules) j["offload"]["modules"] = module_list(p.offload.modules, offload_module_names());
+  nlohmann::json& moe = j["moe"];
+  if (given(kFieldRouting)) moe["routing"] = to_string(p.moe.routing);
+  if (!given(kFieldRoutingImbalance)) moe.erase("routing_imbalance");
+  if (given(kFieldRouterDtype)) moe["router_dtype"] = to_string(p.moe.router_dtype);
+  if (given(kFieldPermuteFusion)) moe["permute_fusion"] = p.moe.permute_fusion;
+  if (p.moe.capacity_factor > 0) moe["pad_to_capacity"] = p.moe.pad_to_capacity;
+  nlohmann::json opt = nlohmann::json::object();
+  if (given(kFieldGradDtype)) opt["grad_dtype"] = to_string(p.optimizer.grad);
+  if (given(kFieldOptimizerDtypes)) {
+    opt["main_params_dtype"] = to_string(p.optimizer.main_params);
+    opt["exp_avg_dtype"] = to_string(p.optimizer.exp_avg);
+    opt["exp_avg_sq_dtype"] = to_string(p.optimizer.exp_avg_sq);
+    opt["precision_aware"] = p.optimizer.precision_aware;
+  }
+  if (!opt.empty()) j["optimizer"] = opt;
+  nlohmann::json fp8 = nlohmann::json::object();
+  if (given(kFieldFp8Recipe)) fp8["recipe"] = to_string(p.fp8.recipe);
+  if (given(kFieldFp8ParamGather)) fp8["param_gather"] = p.fp8.param_gather;
+  if (given(kFieldFp8Attention)) fp8["attention"] = p.fp8.attention;
+  if (!fp8.empty()) j["fp8"] = fp8;
+  if (given(kFieldCudaGraphs)) {
+    j["cuda_graphs"] = {{"impl", to_string(p.cuda_graphs.impl)}};
+    if (p.cuda_graphs.modules) j["cuda_graphs"]["modules"] = module_list(p.cuda_graphs.modules, graph_module_names());
+  }
+  nlohmann::json comm = nlohmann::json::object();
+  if (given(kFieldDpOverlap)) {
+    comm["overlap_grad_reduce"] = p.comm.overlap_grad_reduce;
+    comm["overlap_param_gather"] = p.comm.overlap_param_gather;
+  }
+  if (given(kFieldTpOverlap)) comm["tp_overlap"] = p.comm.tp_overlap;
+  if (given(kFieldCpComm)) comm["cp"] = to_string(p.comm.cp);
+  if (p.comm.cp_a2a_size > 0) comm["cp_a2a_size"] = p.comm.cp_a2a_size;
+  if (!comm.empty()) j["comm"] = comm;
+}
+
+}  // namespace
 
 nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json j;
@@ -272,6 +434,7 @@ nlohmann::json plan_to_json(const Plan& p) {
               {"capacity_factor", p.moe.capacity_factor}};
   if (p.moe.a2a_overlap) j["moe"]["a2a_overlap"] = true;
   if (p.moe.dispatcher != MoeDispatcher::AllToAll) j["moe"]["dispatcher"] = to_string(p.moe.dispatcher);
+  write_run_settings(p, j);
   j["implementation"] = p.implementation;
   return j;
 }

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "estimator/run_settings.h"
 #include "parallel/pipeline_split.h"
 
 namespace lcplan {
@@ -25,15 +26,19 @@ struct Parallel {
 
 struct Offload {
   bool optimizer = false;
-  bool activations = false;
+  bool activations = false;          // every layer's saved activations (Megatron --cpu-offloading)
+  double optimizer_fraction = 1.0;   // with `optimizer`: the share of the optimizer state and step on the host
+  uint16_t modules = 0;              // fine-grained offloading: OffloadModule bits whose inputs go to the host
 };
 
-// Megatron-LM's token dispatchers: alltoall (NCCL all-to-all-v, every routed copy sent, bf16) or flex with DeepEP
-// (https://github.com/deepseek-ai/DeepEP: a token crosses the network once per destination node and is forwarded
-// over NVLink; the dispatch carries the fp8 expert input in low-precision recipes).
-enum class MoeDispatcher : uint8_t { AllToAll, DeepEP };
+// Megatron-LM's token dispatchers: alltoall (NCCL all-to-all-v, every routed copy sent, bf16), allgather (every rank
+// gathers the EP group's tokens, the default), or flex with DeepEP (https://github.com/deepseek-ai/DeepEP: a token
+// crosses the network once per destination node and is forwarded over NVLink; the dispatch carries the fp8 expert
+// input in low-precision recipes) or HybridEP (NVIDIA's, costed as DeepEP's bytes, one NVLink domain across NVL72).
+enum class MoeDispatcher : uint8_t { AllToAll, AllGather, DeepEP, HybridEP };
 const char* to_string(MoeDispatcher d);
 MoeDispatcher parse_dispatcher(const std::string& s);
+inline bool deduplicating(MoeDispatcher d) { return d == MoeDispatcher::DeepEP || d == MoeDispatcher::HybridEP; }
 
 struct MoeOptions {
   int ep_chunks = 1;               // chunked EP overlap: the MoE layer's tokens split into this many chunks
@@ -42,6 +47,10 @@ struct MoeOptions {
   MoeDispatcher dispatcher = MoeDispatcher::AllToAll;  // how tokens reach the experts (Megatron --moe-token-dispatcher-type)
   bool a2a_overlap = false;        // all-to-all of one microbatch overlapped with another's compute (Megatron
                                    // --overlap-moe-expert-parallel-comm --delay-wgrad-compute)
+  Routing routing = Routing::AuxLoss;  // an auxiliary-loss router at routing_imbalance, or forced balance (imbalance 1)
+  Dtype router_dtype = Dtype::FP32;   // router logits and probabilities (--moe-router-dtype; absent: the model's bf16)
+  bool permute_fusion = true;         // fused permute/unpermute kernels (--moe-permute-fusion)
+  bool pad_to_capacity = true;        // token dropping: experts padded to capacity (--moe-pad-expert-input-to-capacity)
 };
 
 struct Plan {
@@ -58,12 +67,21 @@ struct Plan {
   bool sequence_parallel = true;        // Megatron SP (only meaningful with tp > 1)
   OptimizerSharding optimizer_sharding = OptimizerSharding::DistOpt;
   Recompute recompute = Recompute::None;
-  int recompute_layers = 0;             // full recompute: layers per virtual stage recomputed (0 = all)
+  int recompute_layers = 0;             // full recompute: block: layers per virtual stage (0 = all); uniform: layers per checkpoint
+  RecomputeMethod recompute_method = RecomputeMethod::Block;
+  uint16_t recompute_modules = kLegacySelectiveModules;  // selective recompute: RecomputeModule bits
   Offload offload;
   bool linear_ce = false;
   int mtp_layers = -1;                  // multi-token-prediction modules trained (Megatron --mtp-num-layers); -1 = the model's
   MoeOptions moe;
-  std::string implementation = "megatron";  // calibration profile name
+  OptimizerNumerics optimizer;          // gradient and optimizer-state dtypes
+  LowPrecisionOptions fp8;              // the fp8 recipe, fp8 parameters, fp8 attention (low-precision plans)
+  CudaGraphs cuda_graphs;
+  CommOptions comm;                     // DP / TP overlap switches, CP communication
+  std::string implementation = "megatron";  // the framework that runs the plan (estimator/frameworks.h)
+  // RunField bits (estimator/run_settings.h) the plan left unset: resolve_run_defaults (estimator/frameworks.h) sets
+  // them to the implementation's defaults when the plan's inputs are loaded. 0 for a plan built in code.
+  uint32_t assumed = 0;
 };
 
 // The model the plan trains: `m` with the plan's MTP module count applied (when the plan gives one).

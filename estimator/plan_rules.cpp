@@ -27,6 +27,8 @@ const char* rule_name(Rule r) {
     case Rule::MoeRouting: return "moe_routing_valid";
     case Rule::RecomputeLayers: return "recompute_layers_valid";
     case Rule::A2aOverlap: return "a2a_overlap_valid";
+    case Rule::RunSettings: return "run_settings_valid";
+    case Rule::CudaGraphs: return "cuda_graphs_valid";
     case Rule::Count: break;
   }
   return "?";
@@ -53,6 +55,85 @@ std::string divisors(long n, long cap = 1 << 20) {
 }
 
 std::optional<RuleViolation> fail(Rule r, std::string msg) { return RuleViolation{r, std::move(msg)}; }
+
+// Routing, optimizer state dtypes, recompute and offload modules, context-parallel communication: Megatron-LM's
+// checks (transformer_config.py __post_init__, optimizer_config.py, arguments.py), each one sentence.
+std::optional<RuleViolation> run_settings_rule(const ModelSpec& m, const Plan& p) {
+  const Rule r = Rule::RunSettings;
+  if (p.moe.routing == Routing::Forced && p.moe.routing_imbalance != 1.0)
+    return fail(r, "moe.routing forced balances the experts, so routing_imbalance must be 1 (got " +
+                       std::to_string(p.moe.routing_imbalance) + "; use routing aux_loss for an imbalance)");
+  const OptimizerNumerics& o = p.optimizer;
+  if (!o.precision_aware && (o.main_params != Dtype::FP32 || o.exp_avg != Dtype::FP32 || o.exp_avg_sq != Dtype::FP32))
+    return fail(r, "optimizer state dtypes other than fp32 need optimizer.precision_aware = true (Megatron-LM's "
+                   "--use-precision-aware-optimizer)");
+  if (p.offload.optimizer && !(p.offload.optimizer_fraction > 0 && p.offload.optimizer_fraction <= 1))
+    return fail(r, "offload.optimizer_fraction = " + std::to_string(p.offload.optimizer_fraction) +
+                       " is out of range (valid: above 0, up to 1)");
+  if (p.offload.modules && p.offload.activations)
+    return fail(r, "offload.modules contradicts offload.activations (Megatron-LM's fine-grained offloading cannot be "
+                   "combined with --cpu-offloading; give one)");
+  if ((p.offload.modules & kOffloadAttnProj) && !(p.offload.modules & kOffloadCoreAttn))
+    return fail(r, "offload module attn_proj needs core_attn offloaded too (Megatron-LM offloads them together)");
+  if (p.recompute == Recompute::Selective) {
+    if (!p.recompute_modules)
+      return fail(r, "selective recompute needs at least one module (valid: " +
+                         module_text(0x7f, recompute_module_names()) + ")");
+    if ((p.recompute_modules & kRecomputeMlaUpProj) && !has_kind(m, MixerKind::MLA))
+      return fail(r, "recompute module mla_up_proj needs an MLA model (" + m.name + " has none; valid: core_attn, layernorm, "
+                     "moe_act, mlp, moe, shared_experts)");
+    if (p.precision == Precision::FP8 && p.fp8.recipe == Fp8Recipe::Delayed &&
+        (p.recompute_modules & (kRecomputeMoeAct | kRecomputeLayernorm)))
+      return fail(r, "recompute modules moe_act and layernorm do not run with the delayed fp8 recipe (Megatron-LM "
+                     "refuses them; use fp8 recipe tensorwise or drop them)");
+  }
+  const Parallel& q = p.parallel;
+  if (q.cp > 1 && p.comm.cp == CpComm::A2AP2P &&
+      (p.comm.cp_a2a_size < 2 || p.comm.cp_a2a_size >= q.cp || q.cp % p.comm.cp_a2a_size != 0))
+    return fail(r, "comm.cp a2a+p2p needs cp_a2a_size, a divisor of cp = " + std::to_string(q.cp) +
+                       " between 2 and cp / 2 (--hierarchical-context-parallel-sizes A P with A x P = cp)");
+  const int a2a = p.comm.cp == CpComm::A2A ? q.cp : p.comm.cp == CpComm::A2AP2P ? p.comm.cp_a2a_size : 1;
+  if (q.cp > 1 && a2a > 1 && has_kind(m, MixerKind::FullAttention) && (m.attn.kv_heads / q.tp) % a2a != 0)
+    return fail(r, "comm.cp " + std::string(to_string(p.comm.cp)) + " splits heads over " + std::to_string(a2a) +
+                       " ranks but the " + std::to_string(m.attn.kv_heads / q.tp) + " KV heads per TP rank do not divide "
+                       "(use p2p, or a cp that divides them)");
+  return std::nullopt;
+}
+
+// CUDA graphs: a scope needs an impl, a MoE layer is capturable only with padded token dropping, layer-level
+// offloading is blocked by graphs, and fine-grained offloading under TE graphs needs attn and moe_router captured and
+// no norm offloaded (Megatron-LM docs/user-guide/features/cuda_graph.md, fine_grained_activation_offloading.md).
+std::optional<RuleViolation> cuda_graph_rule(const ModelSpec& m, const Plan& p) {
+  const CudaGraphs& g = p.cuda_graphs;
+  const Rule r = Rule::CudaGraphs;
+  if (g.impl == GraphImpl::None) {
+    if (g.modules) return fail(r, "cuda_graphs.modules " + module_text(g.modules, graph_module_names()) +
+                                      " needs an impl (valid: local, transformer_engine)");
+    return std::nullopt;
+  }
+  if (g.impl == GraphImpl::FullIteration && g.modules)
+    return fail(r, "cuda_graphs.modules " + module_text(g.modules, graph_module_names()) +
+                       " contradicts impl full_iteration (it captures the whole iteration; give no modules)");
+  const bool moe = has_moe(m);
+  const bool captures_moe = g.impl == GraphImpl::FullIteration || g.modules == 0 || (g.modules & kGraphMoe);
+  if (moe && captures_moe && !(p.moe.capacity_factor > 0 && p.moe.pad_to_capacity))
+    return fail(r, std::string("cuda_graphs ") + (g.modules & kGraphMoe ? "module moe" : g.impl == GraphImpl::FullIteration ? "full_iteration" : "of the whole layer") +
+                       " captures a dropless MoE layer, which is not capturable (set a capacity_factor with "
+                       "pad_to_capacity, or capture attn, moe_router, moe_preprocess)");
+  if (p.offload.activations)
+    return fail(r, "cuda_graphs contradicts offload.activations (layer-level CPU offloading is blocked by CUDA graphs; "
+                   "give one)");
+  if (p.offload.modules && g.impl == GraphImpl::TransformerEngine) {
+    if (p.offload.modules & (kOffloadAttnNorm | kOffloadMlpNorm))
+      return fail(r, "offload modules attn_norm and mlp_norm cannot be offloaded under CUDA graphs (valid with graphs: "
+                     "qkv_linear, core_attn, attn_proj, expert_fc1, moe_act)");
+    if (g.modules && (!(g.modules & kGraphAttn) || (moe && !(g.modules & kGraphMoeRouter))))
+      return fail(r, "cuda_graphs.modules " + module_text(g.modules, graph_module_names()) +
+                         " with offload.modules must capture attn and moe_router (Megatron-LM's fine-grained offloading "
+                         "under CUDA graphs)");
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -130,6 +211,14 @@ std::optional<RuleViolation> a2a_overlap_rules(const ModelSpec& m, const Plan& p
   if (p.moe.a2a_overlap && q.pp > 1 && q.vpp == 1)
     return fail(Rule::A2aOverlap, "moe.a2a_overlap needs pp = 1 or vpp > 1 (Megatron's combined 1F1B schedule); pp = " +
                                       std::to_string(q.pp) + " with vpp = 1");
+  // Its merged forward/backward cannot pair a recomputed forward, nor run without the MoE layer's activations
+  // (Megatron-Bridge comm_overlap.py: no full recompute, no moe recompute).
+  if (p.moe.a2a_overlap && p.recompute == Recompute::Full)
+    return fail(Rule::A2aOverlap, "moe.a2a_overlap contradicts recompute = full (Megatron's EP overlap cannot pair a "
+                                  "recomputed forward with another microbatch's backward; use selective recompute or no overlap)");
+  if (p.moe.a2a_overlap && p.recompute == Recompute::Selective && (p.recompute_modules & kRecomputeMoe))
+    return fail(Rule::A2aOverlap, "moe.a2a_overlap contradicts recompute module moe (Megatron's EP overlap needs the MoE "
+                                  "layer's activations; drop moe from recompute_modules)");
   return std::nullopt;
 }
 
@@ -190,7 +279,8 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (auto v = a2a_overlap_rules(m, p)) return v;
   if (p.recompute_layers > 0 && p.recompute != Recompute::Full)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) + " needs recompute = full");
-  return std::nullopt;
+  if (auto v = run_settings_rule(m, p)) return v;
+  return cuda_graph_rule(m, p);
 }
 
 void require_valid_plan(const ModelSpec& m, const Plan& p) {

@@ -26,7 +26,9 @@ enum class Rule : int {
   MoeChunks,         // ep_chunks in 1..8, at most the tokens each rank routes; 1 on dense models
   MoeRouting,        // routing_imbalance >= 1, capacity_factor >= 0
   RecomputeLayers,   // recompute_layers within the layers of a virtual stage, only with full recompute
-  A2aOverlap,        // cross-microbatch all-to-all overlap: MoE with ep > 1, and pp = 1 or vpp > 1 (Megatron's rule)
+  A2aOverlap,        // cross-microbatch all-to-all overlap: MoE with ep > 1, pp = 1 or vpp > 1, no full recompute (Megatron's rules)
+  RunSettings,       // run settings agree with each other and the model (routing, optimizer dtypes, modules, CP type)
+  CudaGraphs,        // a CUDA graph scope and the settings it excludes
   Count
 };
 

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "estimator/flops.h"
+#include "estimator/frameworks.h"
+#include "estimator/run_physics.h"
 #include "parallel/chunk_schedule.h"
 
 namespace lcplan {
@@ -57,8 +59,12 @@ struct KernelRates {
   double gemm_scale = 1;     // efficiency of the plan's precision relative to bf16 (1 in bf16)
   double grouped_scale = 1;  // the same for grouped expert GEMMs
   double quantize_bytes;     // HBM bytes per GEMM input/output element to quantize it (0 in bf16)
+  double attention_rate;     // flash attention's rate relative to bf16 (fp8 attention: the calibrated speedup)
+  EffectiveSwitches sw;      // the plan's overlap and fusion switches as its framework runs them
+  LaunchShares launch;       // the launch floors CUDA graphs leave
 
-  KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_) : hw(hw_), cal(cal_) {
+  KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_)
+      : hw(hw_), cal(cal_), sw(effective_switches(p)), launch(graph_launch_shares(p, cal_)) {
     gemm_peak = gemm_peak_flops(hw, p.precision);
     const bool low = p.precision != Precision::BF16;
     switch (p.precision) {
@@ -69,6 +75,7 @@ struct KernelRates {
     }
     if (gemm_peak <= hw.peak_bf16_flops) gemm_scale = grouped_scale = 1.0;  // no faster tensor cores: the bf16 rate
     quantize_bytes = low ? cal.quantize_bytes_per_element : 0.0;
+    attention_rate = p.fp8.attention && low ? cal.fp8_attention_speedup : 1.0;
   }
   double gemm(double flops, double tokens) const {
     return flops / (gemm_peak * gemm_scale * efficiency_curve(cal.gemm_efficiency, cal.gemm_half_tokens, tokens));
@@ -81,7 +88,7 @@ struct KernelRates {
   // figures 5-7) runs head dim 64 at about 3/4 of head dim 128's rate; dims of 128 and more are the calibrated rate.
   double attention(double flops, double local_seq, double head_dim) const {
     const double dim_factor = std::min(1.0, 1.5 * head_dim / (head_dim + 64));
-    return flops / (hw.peak_bf16_flops * dim_factor *
+    return flops / (hw.peak_bf16_flops * attention_rate * dim_factor *
                     efficiency_curve(cal.attention_efficiency, cal.attention_half_seq, local_seq));
   }
   // Quantizing `elements` GEMM inputs/outputs (memory-bound; 0 in bf16).
@@ -109,6 +116,38 @@ const LayerKind* moe_kind(const DerivedPlan& d) {
   for (const LayerKind& k : d.kinds)
     if (k.spec.ffn == FfnKind::MoE) return &k;
   return nullptr;
+}
+
+// One chunk's token exchange on the EP group: {forward dispatch, each of combine and the two backward exchanges}.
+// Per chunk one call: its fixed cost (DeepEP-style launch and layout, FSMoE's alpha) plus bytes. The alltoall
+// dispatcher sends every routed copy in bf16. DeepEP (and HybridEP) send the forward dispatch in the GEMM input
+// format and, across nodes, each token once per destination node (forwarded inside the node over NVLink): with top_k
+// experts spread evenly over N nodes a token reaches N (1 - (1 - 1/N)^k) distinct nodes on average, of which a share
+// (N-1)/N is remote. The allgather dispatcher gathers every rank's tokens and reduce-scatters the outputs back
+// (Megatron-LM token_dispatcher.py MoEAllGatherTokenDispatcher), whatever the routing.
+std::pair<double, double> dispatch_seconds(const DerivedPlan& d, const KernelRates& rate, double copies, int n) {
+  if (d.ep.size <= 1) return {0, 0};
+  const Plan& p = *d.plan;
+  const Calibration& cal = rate.cal;
+  const double h = d.model->hidden;
+  if (p.moe.dispatcher == MoeDispatcher::AllGather) {
+    const double gathered = d.hidden_tokens * d.ep.size * h * kBf16 / n;
+    const double t = rate.collective(Collective::AllGather, gathered, d.ep);
+    return {t, t};
+  }
+  const bool dedup = deduplicating(p.moe.dispatcher);
+  const double nodes = d.ep.nodes, k = d.model->moe.top_k;
+  const double remote_per_copy =
+      nodes > 1 ? (dedup ? nodes * (1 - std::pow(1 - 1 / nodes, k)) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
+  auto a2a_of = [&](double bytes_per_element) {
+    const double bytes = copies / n * h * bytes_per_element;
+    const double nvl = rate.hw.nvlink_bandwidth * cal.a2a_nvlink_efficiency;
+    if (nodes <= 1) return cal.a2a_latency + cal.nvlink_latency + bytes * (d.ep.size - 1) / d.ep.size / nvl;
+    const double off_node = bytes * remote_per_copy, on_node = bytes * (d.ep.size - 1) / d.ep.size - bytes * (nodes - 1) / nodes;
+    return cal.a2a_latency + cal.network_latency + std::max(off_node / (rate.hw.network_bandwidth * cal.a2a_network_efficiency),
+                                                            std::max(on_node, 0.0) / nvl);
+  };
+  return {a2a_of(dedup ? gemm_input_bytes(p.precision, p.fp8.recipe) : kBf16), a2a_of(kBf16)};
 }
 
 MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
@@ -140,31 +179,18 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   const double routed = rate.grouped_gemm(copies * flops_per_copy, d.tokens_per_local_expert / n);  // all n chunks
   const double routed_quant = rate.quantize(tr.routed_gemm_io / etp * copies);
   const double routed_act = rate.memory_bound(kBf16 * tr.routed_act / etp * copies);
-  // Permutation before dispatch and weighted unpermutation after combine: memory-bound passes over the copies.
-  const double permute = rate.memory_bound(cal.moe_permute_passes * copies * h * kBf16) / 2;
-  // Per chunk: one all-to-all call, its fixed cost (DeepEP-style launch and layout, FSMoE's alpha) plus bytes.
+  // Permutation before dispatch and weighted unpermutation after combine: memory-bound passes over the copies, more of
+  // them without fused permutation (--moe-permute-fusion).
+  const double passes = cal.moe_permute_passes + (rate.sw.permute_fusion ? 0.0 : cal.unfused_permute_passes);
+  const double permute = rate.memory_bound(passes * copies * h * kBf16) / 2;
   // Per layer forward, dropless routing needs the token counts on the host to size its buffers (a count exchange +
-  // device-to-host sync); token dropping pads every expert to capacity, so its shapes are static and it skips it.
-  // The alltoall dispatcher sends every routed copy in bf16. DeepEP sends the forward dispatch in the GEMM input
-  // format and, across nodes, each token once per destination node (forwarded inside the node over NVLink): with
-  // top_k experts spread evenly over N nodes a token reaches N (1 - (1 - 1/N)^k) distinct nodes on average, of which
-  // a share (N-1)/N is remote.
-  const bool deepep = d.plan->moe.dispatcher == MoeDispatcher::DeepEP;
-  const double nodes = d.ep.nodes, k = e.top_k;
-  const double remote_per_copy =
-      nodes > 1 ? (deepep ? nodes * (1 - std::pow(1 - 1 / nodes, k)) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
-  auto a2a_of = [&](double bytes_per_element) {
-    if (d.ep.size <= 1) return 0.0;
-    const double bytes = copies / n * h * bytes_per_element;
-    const double nvl = rate.hw.nvlink_bandwidth * cal.a2a_nvlink_efficiency;
-    if (nodes <= 1) return cal.a2a_latency + cal.nvlink_latency + bytes * (d.ep.size - 1) / d.ep.size / nvl;
-    const double off_node = bytes * remote_per_copy, on_node = bytes * (d.ep.size - 1) / d.ep.size - bytes * (nodes - 1) / nodes;
-    return cal.a2a_latency + cal.network_latency + std::max(off_node / (rate.hw.network_bandwidth * cal.a2a_network_efficiency),
-                                      std::max(on_node, 0.0) / nvl);
-  };
-  const double dispatch = a2a_of(deepep ? gemm_input_bytes(d.plan->precision) : kBf16), a2a = a2a_of(kBf16);
-  const double sync = dropping ? 0 : cal.moe_sync_seconds;
-  const double floor = cal.kernels_per_moe_chunk * cal.launch_seconds;  // kernels of one chunk's expert step
+  // device-to-host sync); token dropping with padding has static shapes and skips it, as a captured graph does.
+  const std::pair<double, double> exchange = dispatch_seconds(d, rate, copies, n);
+  const double dispatch = exchange.first, a2a = exchange.second;
+  const bool static_shapes = dropping && d.plan->moe.pad_to_capacity;
+  const double sync = static_shapes || !rate.launch.sync ? 0 : cal.moe_sync_seconds;
+  // Kernels of one chunk's expert step, less what a CUDA graph captures.
+  const double floor = cal.kernels_per_moe_chunk * cal.launch_seconds * rate.launch.moe_chunk;
   // Without chunking the expert backward runs dgrad and wgrad back to back (no delayed wgrad, Megatron's default).
   const bool delayed_wgrad = n > 1;
   const moe::ChunkSchedule& sched = schedule_for(n, lf.shared > 0);
@@ -204,6 +230,90 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   t.launch_backward = bw.floor_excess;
   t.forward = fw.makespan + cal.interference * std::max(0.0, fw.comm_busy - t.exposed_comm_forward);
   t.backward = bw.makespan + cal.interference * std::max(0.0, bw.comm_busy - t.exposed_comm_backward);
+  t.shared_forward = shared_fwd;
+  t.activation_forward = routed_act * 3 / 8 + (lf.shared > 0 ? rate.memory_bound(kBf16 * shared_act * 3 / 8) : 0);
+  return t;
+}
+
+// Context-parallel communication of one attention layer, forward and backward (seconds).
+struct CpCost {
+  double exposed_fwd = 0, exposed_bwd = 0;  // on the critical path
+  double hidden = 0, hidden_forward = 0;    // overlapped with attention (both passes, forward alone)
+};
+
+// --cp-comm-type: p2p exchanges K/V around a ring under the attention kernels (costed as the all-gather of the
+// sequence's K/V, hidden up to the attention time, with dK/dV reduce-scattered backward); all_gather gathers K/V
+// before attention, not overlapped; a2a (Ulysses, arXiv 2309.14509) swaps sequence for heads with all-to-alls of q,
+// k, v before attention and of its output after, not overlapped; a2a+p2p runs a2a inside groups of cp_a2a_size and
+// the ring across them (TransformerEngine attention.py, Megatron-LM arguments.py --hierarchical-context-parallel-sizes).
+CpCost cp_attention(const DerivedPlan& d, const KernelRates& rate, MixerKind mixer, double core_fwd, double core_bwd) {
+  const ModelSpec& m = *d.model;
+  const Plan& p = *d.plan;
+  const double tp = d.tp.size;
+  double kv_dim = 0, q_dim = 0;
+  if (mixer == MixerKind::FullAttention) {
+    kv_dim = 2.0 * m.attn.kv_heads * m.attn.head_dim;
+    q_dim = double(m.attn.heads) * m.attn.head_dim;
+  } else {
+    kv_dim = double(m.mla.heads) * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim);
+    q_dim = double(m.mla.heads) * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim);
+  }
+  const CpComm type = p.comm.cp;
+  const int a2a = type == CpComm::A2A ? d.cp.size : type == CpComm::A2AP2P ? std::max(1, p.comm.cp_a2a_size) : 1;
+  GroupFacts inner = d.cp, ring = d.cp;
+  inner.size = a2a;
+  if (a2a < d.cp.size && a2a * d.tp.size <= d.gpus_per_node) inner.nodes = 1, inner.tier = LinkTier::NVLink;
+  ring.size = d.cp.size / a2a;
+  CpCost c;
+  if (a2a > 1) {  // q, k, v in and the output back: each rank's share of them, both passes
+    const double bytes = d.local_tokens * (q_dim + kv_dim + q_dim) / tp * kBf16;
+    c.exposed_fwd = c.exposed_bwd = rate.collective(Collective::AllToAll, bytes, inner);
+  }
+  if (ring.size <= 1) return c;
+  const double gathered = d.local_tokens * d.cp.size * kv_dim / tp / a2a * kBf16;  // the sequence's K/V, this rank's heads
+  const double comm_fwd = rate.collective(Collective::AllGather, gathered, ring);
+  const double comm_bwd = comm_fwd + rate.collective(Collective::ReduceScatter, gathered, ring);  // + dK/dV
+  if (type == CpComm::AllGather) {
+    c.exposed_fwd += comm_fwd;
+    c.exposed_bwd += comm_bwd;
+    return c;
+  }
+  const double fwd_exposed = std::max(0.0, comm_fwd - core_fwd), bwd_exposed = std::max(0.0, comm_bwd - core_bwd);
+  c.exposed_fwd += fwd_exposed;
+  c.exposed_bwd += bwd_exposed;
+  c.hidden_forward = comm_fwd - fwd_exposed;
+  c.hidden = c.hidden_forward + (comm_bwd - bwd_exposed);
+  return c;
+}
+
+// Selective recompute of one layer: what its modules dropped, replayed before its backward (Megatron-LM
+// transformer_config.py recompute_modules): core_attn the attention kernel (Korthikanti et al. 2022), layernorm the
+// two norms, mla_up_proj the MLA up-projections, moe_act / mlp / shared_experts / moe their parts of the FFN.
+double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const LayerKind& kind, double core_fwd,
+                           const MoeLayerTime& moe) {
+  const ModelSpec& m = *d.model;
+  const uint16_t mods = d.plan->recompute_modules;
+  const LayerFlops& lf = kind.flops;
+  const double share = d.sequence_share / d.tp.size;
+  const bool moe_layer = kind.spec.ffn == FfnKind::MoE;
+  double t = 0;
+  if (mods & kRecomputeCoreAttn) t += core_fwd;
+  // RMSNorm forward reads and writes a hidden-sized tensor, twice per layer.
+  if (mods & kRecomputeLayernorm) t += rate.memory_bound(2 * 2 * d.hidden_tokens * m.hidden * kBf16);
+  if ((mods & kRecomputeMlaUpProj) && kind.spec.mixer == MixerKind::MLA) {
+    const MlaSpec& ml = m.mla;
+    const double up = double(ml.heads) * ((ml.q_lora_rank > 0 ? ml.q_lora_rank * (ml.qk_nope_head_dim + ml.qk_rope_head_dim) : 0) +
+                                          ml.kv_lora_rank * (ml.qk_nope_head_dim + ml.v_head_dim));
+    t += rate.gemm(2 * up * d.seq * share, d.local_tokens);
+  }
+  const double dense_act = rate.memory_bound(kBf16 * kind.traffic.act * d.local_tokens / d.tp.size * 3 / 8);
+  if (!moe_layer && (mods & kRecomputeMlp)) t += rate.gemm(lf.dense_mlp * share, d.local_tokens) + dense_act;
+  else if (!moe_layer && (mods & kRecomputeMoeAct)) t += dense_act;
+  if (moe_layer && (mods & kRecomputeMoe)) t += moe.forward;
+  else if (moe_layer) {
+    if (mods & kRecomputeSharedExperts) t += moe.shared_forward;
+    if (mods & kRecomputeMoeAct) t += moe.activation_forward;
+  }
   return t;
 }
 
@@ -252,39 +362,37 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
                                                  rate.collective(Collective::ReduceScatter, bytes, tp_group)
                                            : rate.collective(Collective::AllReduce, bytes, tp_group));
   }
-  const double tp_hidden = cal.tp_overlap * tp_fwd;
+  // A share hides under the GEMMs (asynchronous collectives); TE userbuffers (--tp-comm-overlap, which needs sequence
+  // parallelism) split each all-gather / reduce-scatter into chunks pipelined with the GEMM's chunks, so the GEMMs'
+  // forward time hides it (TransformerEngine comm_gemm_overlap, https://github.com/NVIDIA/TransformerEngine).
+  const double tp_hidden = rate.sw.tp_overlap && d.sequence_parallel ? std::min(tp_fwd, fwd) : cal.tp_overlap * tp_fwd;
   const double tp_exposed = tp_fwd - tp_hidden;
 
-  // CP: full attention / MLA exchange K/V (ring, hidden under attention); gated DeltaNet uses head-parallel
-  // all-to-all before and after the delta rule, not hidden (README "Context parallelism").
-  double cp_exposed_fwd = 0, cp_exposed_bwd = 0, cp_hidden = 0, cp_hidden_forward = 0;
+  // CP: full attention / MLA exchange K/V (cp_attention); gated DeltaNet uses head-parallel all-to-all before and
+  // after the delta rule, not hidden (README "Context parallelism").
+  CpCost cpc;
   if (cp > 1) {
     const MixerKind mixer = kind.spec.mixer;
     if (mixer == MixerKind::FullAttention || mixer == MixerKind::MLA) {
-      double kv_dim = 0;
-      if (mixer == MixerKind::FullAttention) kv_dim = 2.0 * m.attn.kv_heads * m.attn.head_dim;
-      else kv_dim = double(m.mla.heads) * (m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim + m.mla.v_head_dim);
-      const double gathered = d.local_tokens * cp * kv_dim / tp * kBf16;  // whole-sequence K and V of this TP rank
-      const double comm_fwd = rate.collective(Collective::AllGather, gathered, d.cp);
-      const double comm_bwd = comm_fwd + rate.collective(Collective::ReduceScatter, gathered, d.cp);  // + dK/dV
-      cp_exposed_fwd = std::max(0.0, comm_fwd - core_fwd);
-      cp_exposed_bwd = std::max(0.0, comm_bwd - core_bwd);
-      cp_hidden_forward = comm_fwd - cp_exposed_fwd;
-      cp_hidden = cp_hidden_forward + (comm_bwd - cp_exposed_bwd);
+      cpc = cp_attention(d, rate, mixer, core_fwd, core_bwd);
     } else if (mixer == MixerKind::LinearAttention) {
       const LinearAttentionSpec& g = m.linear;
       const double kd = double(g.key_heads) * g.key_head_dim, vd = double(g.value_heads) * g.value_head_dim;
       const double a2a = rate.collective(Collective::AllToAll, d.local_tokens * (2 * kd + vd) / tp * kBf16, d.cp) +
                          rate.collective(Collective::AllToAll, d.local_tokens * vd / tp * kBf16, d.cp);
-      cp_exposed_fwd = a2a;
-      cp_exposed_bwd = a2a;
+      cpc.exposed_fwd = a2a;
+      cpc.exposed_bwd = a2a;
     }
   }
+  const double cp_exposed_fwd = cpc.exposed_fwd, cp_exposed_bwd = cpc.exposed_bwd;
+  const double cp_hidden = cpc.hidden, cp_hidden_forward = cpc.hidden_forward;
 
   // Launch floor: a layer cannot run faster than its kernels can be launched. The host launches ahead while the
   // GPU waits on an exposed collective or runs slowed by a hidden one, so the floor bounds the whole GPU span of
   // the layer's non-MoE part, not its compute alone (else a faster kernel could lengthen the step).
-  const double floor_fwd = cal.kernels_per_layer * cal.launch_seconds;
+  // CUDA graphs launch what they captured as one graph (graph_launch_shares).
+  const double floor_fwd = cal.kernels_per_layer * cal.launch_seconds *
+                           (kind.spec.ffn == FfnKind::MoE ? rate.launch.moe_layer : rate.launch.dense_layer);
   // Interference of the TP (the same collectives each way) and CP collectives each direction hides.
   const double slowed_fwd = cal.interference * (tp_hidden / 2 + cp_hidden_forward);
   const double slowed_bwd = cal.interference * (tp_hidden / 2 + cp_hidden - cp_hidden_forward);
@@ -331,7 +439,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     k.in_backward += k.recompute + tp_exposed + cp_exposed_fwd + (moe_layer ? moe.exposed_comm_forward : 0) +
                      launch_fwd + (moe_layer ? moe.launch_forward : 0);
   } else if (d.plan->recompute == Recompute::Selective) {
-    k.recompute = core_fwd;  // selective recompute replays core attention (Korthikanti et al. 2022)
+    k.recompute = selective_recompute(d, rate, kind, core_fwd, moe);  // the modules it dropped, replayed
     k.in_backward += k.recompute;
   }
   k.span_forward = k.in_forward + (1 - cal.interference) * ep_fwd_share * ep_hidden;
@@ -361,6 +469,32 @@ LayerCost loss_cost(const DerivedPlan& d, const KernelRates& rate, bool linear_c
   }
   k.in_loss = k.total();  // the loss phase runs the LM head and loss forward and backward
   return k;
+}
+
+// Bytes per microbatch each stage sends to the host and back: every saved activation under activation offload
+// (--cpu-offloading), the offloaded modules' inputs of the layers that are not fully recomputed (--offload-modules).
+// Empty when nothing is offloaded (the search estimates millions of plans).
+std::vector<double> offloaded_per_stage(const DerivedPlan& d) {
+  const Plan& p = *d.plan;
+  std::vector<double> bytes;
+  if (!p.offload.activations && !p.offload.modules) return bytes;
+  bytes.assign(p.parallel.pp, 0.0);
+  for (const LayerRecord& r : d.layers) {
+    if (r.mtp) continue;
+    const LayerActivation& la = r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept;
+    bytes[r.stage] += (p.offload.activations ? la.saved : 0.0) + la.offloaded;
+  }
+  return bytes;
+}
+
+// The optimizer step over `shard` local parameters: memory-bound Adam on the device, and for the offloaded fraction
+// (ZeRO-Offload, arXiv 2101.06840; Megatron's HybridDeviceOptimizer) gradients down and parameters up the host link
+// and the update on the CPU, neither overlapping the step's compute.
+double optimizer_step_seconds(const Plan& p, const KernelRates& rate, double shard, double host_bw) {
+  const double f = p.offload.optimizer ? p.offload.optimizer_fraction : 0.0;
+  const double on_device = rate.memory_bound(optimizer_step_bytes_per_param(p, rate.cal) * shard * (1 - f));
+  const double on_host = f * (shard * (grad_bytes_per_param(p) + kBf16) / host_bw + shard / rate.cal.cpu_adam_params_per_second);
+  return on_device + on_host;
 }
 
 }  // namespace
@@ -399,12 +533,7 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
   const double mb = d.microbatches;
   const double host_bw = rate.hw.host_bandwidth * cal.host_link_efficiency;
   const auto reduce = p.optimizer_sharding == OptimizerSharding::None ? Collective::AllReduce : Collective::ReduceScatter;
-  std::vector<double> saved;  // per stage, only with activation offload (the search estimates millions of plans)
-  if (p.offload.activations) {
-    saved.assign(q.pp, 0.0);
-    for (const LayerRecord& r : d.layers)
-      if (!r.mtp) saved[r.stage] += (r.recomputed ? d.kinds[r.kind].when_recomputed : d.kinds[r.kind].when_kept).saved;
-  }
+  const std::vector<double> saved = offloaded_per_stage(d);  // empty without activation offload
   After after;
   for (int r = 0; r < q.pp; ++r) {
     if (d.stages[r].same_as != r) continue;  // a stage like an earlier one leaves no more over
@@ -420,11 +549,13 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
     double hidden_total = 0;  // under compute and idle alike (what an offload copy cannot use again)
     if (p.optimizer_sharding == OptimizerSharding::Fsdp) {
       // FSDP (ZeRO-3): every microbatch gathers parameters for forward and again for backward (reshard after
-      // forward) and reduce-scatters gradients, prefetched under that microbatch's span; by phase in proportion to
-      // the collectives each pass issues (one gather forward, a gather and the reduce backward).
+      // forward) and reduce-scatters gradients, prefetched under that microbatch's span when the overlap switches
+      // are on; by phase in proportion to the collectives each pass issues (one gather forward, a gather and the
+      // reduce backward).
       const double comm = 2 * param_gather + grad_sync;
-      const double under_idle = std::min(comm, idle);
-      const double under_compute = std::min(comm - under_idle, cal.dp_overlap * (span_fwd + span_bwd));
+      const double overlappable = (rate.sw.fsdp_gather ? 2 * param_gather : 0) + (rate.sw.fsdp_reduce ? grad_sync : 0);
+      const double under_idle = std::min(overlappable, idle);
+      const double under_compute = std::min(overlappable - under_idle, cal.dp_overlap * (span_fwd + span_bwd));
       const double hidden = under_idle + under_compute;
       a.dp_exposed = mb * (comm - hidden);
       a.fsdp_fwd_share = comm > 0 ? param_gather / comm : 0;
@@ -433,12 +564,14 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
       hidden_total = mb * hidden;
     } else {
       // Megatron overlaps the grad reduce with the last microbatch's backward and the distributed optimizer's
-      // parameter all-gather with the first microbatch's forward (--overlap-grad-reduce / --overlap-param-gather).
+      // parameter all-gather with the first microbatch's forward (--overlap-grad-reduce / --overlap-param-gather);
+      // without them (or in a framework that does not overlap) both run after the backward.
       const double gather = p.optimizer_sharding == OptimizerSharding::DistOpt ? param_gather : 0;
-      const double o = cal.dist_opt_overlap * cal.dp_overlap;
-      const double bwd_idle = std::min(grad_sync, cal.dist_opt_overlap * idle);
-      const double fwd_idle = std::min(gather, cal.dist_opt_overlap * idle);
-      const double bwd = std::min(grad_sync - bwd_idle, o * span_bwd), fwd = std::min(gather - fwd_idle, o * span_fwd);
+      const double on_bwd = rate.sw.overlap_grad_reduce ? 1.0 : 0.0, on_fwd = rate.sw.overlap_param_gather ? 1.0 : 0.0;
+      const double bwd_idle = std::min(grad_sync, on_bwd * idle);
+      const double fwd_idle = std::min(gather, on_fwd * idle);
+      const double bwd = std::min(grad_sync - bwd_idle, on_bwd * cal.dp_overlap * span_bwd);
+      const double fwd = std::min(gather - fwd_idle, on_fwd * cal.dp_overlap * span_fwd);
       const double bwd_all = bwd_idle + bwd, fwd_all = fwd_idle + fwd;
       a.dp_exposed = (grad_sync - bwd_all) + (gather - fwd_all);
       a.hidden_fwd = fwd;
@@ -449,14 +582,8 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
     const double shard = p.optimizer_sharding == OptimizerSharding::None
                              ? dense + expert
                              : dense / std::max(1, d.dp_cp.size) + expert / std::max(1, d.edp_group.size);
-    if (p.offload.optimizer) {
-      // Offloaded Adam (ZeRO-Offload, arXiv 2101.06840): fp32 gradients down, bf16 parameters up the host link,
-      // the update on the CPU; neither overlaps the step's compute.
-      a.optimizer = shard * (cal.main_grad_bytes + kBf16) / host_bw + shard / cal.cpu_adam_params_per_second;
-    } else {
-      a.optimizer = rate.memory_bound(cal.optimizer_bytes_per_param * shard);
-    }
-    if (p.offload.activations) {
+    a.optimizer = optimizer_step_seconds(p, rate, shard, host_bw);
+    if (!saved.empty()) {
       // Saved activations go to the host after each layer's forward and come back for its backward; the copy
       // engines run beside the microbatches' spans and idle, so only what exceeds that is exposed. The cover is
       // what the DP / FSDP collectives left: two streams hiding under the same time would otherwise each claim all
@@ -487,7 +614,7 @@ LayerCost mtp_cost(const LayerCost& layer, bool recomputed, double eh_proj) {
 // The stages' gradient reduction (all-reduce or reduce-scatter) and parameter gather over DP-CP and expert DP.
 void stage_comm(const DerivedPlan& d, const KernelRates& rate, StageCosts& out) {
   out.comm.assign(d.stages.size(), StageCosts::Comm{});
-  const double grad_bytes = rate.cal.main_grad_bytes;
+  const double grad_bytes = grad_bytes_per_param(*d.plan), gather_bytes = param_gather_bytes_per_param(*d.plan);
   for (size_t r = 0; r < d.stages.size(); ++r) {
     if (d.stages[r].same_as != int(r)) continue;
     const double dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
@@ -495,8 +622,8 @@ void stage_comm(const DerivedPlan& d, const KernelRates& rate, StageCosts& out) 
     for (const Collective reduce : {Collective::AllReduce, Collective::ReduceScatter})
       (reduce == Collective::AllReduce ? c.grad_all_reduce : c.grad_reduce_scatter) =
           rate.collective(reduce, dense * grad_bytes, d.dp_cp) + rate.collective(reduce, expert * grad_bytes, d.edp_group);
-    c.param_gather = rate.collective(Collective::AllGather, dense * kBf16, d.dp_cp) +
-                     rate.collective(Collective::AllGather, expert * kBf16, d.edp_group);
+    c.param_gather = rate.collective(Collective::AllGather, dense * gather_bytes, d.dp_cp) +
+                     rate.collective(Collective::AllGather, expert * gather_bytes, d.edp_group);
   }
 }
 

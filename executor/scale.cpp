@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "common/user_error.h"
+#include "estimator/frameworks.h"
 
 namespace lcplan::exec {
 
@@ -180,42 +181,9 @@ ScaledCase executor_case(const ModelSpec& m, const Plan& p, const ScaleOptions& 
 }
 
 std::string executor_support_error(const ModelSpec& m, const Plan& p) {
-  const Parallel& q = p.parallel;
-  if (q.tp > 1 && !p.sequence_parallel)
-    return "lcplan-exec runs tensor parallelism with sequence parallelism only but the plan has tp = " +
-           std::to_string(q.tp) + " and sequence_parallel = false (set it to true)";
-  if (q.tp > 1 && m.vocab % q.tp != 0)
-    return "the vocabulary of " + std::to_string(m.vocab) + " does not split over tp = " + std::to_string(q.tp) +
-           " ranks (Megatron pads it to a multiple of tp; scale the model with --scale, whose vocabulary rule keeps it "
-           "divisible)";
-  if (q.tp > 1 && m.dense_ffn % q.tp != 0)
-    return "the dense FFN width " + std::to_string(m.dense_ffn) + " does not split over tp = " + std::to_string(q.tp);
-  if (q.tp > 1 && (m.moe.shared_experts * m.moe.shared_ffn) % q.tp != 0)
-    return "the shared-expert width " + std::to_string(m.moe.shared_experts * m.moe.shared_ffn) +
-           " does not split over tp = " + std::to_string(q.tp);
-  // Megatron-LM's interleaved schedule runs microbatches in groups of pp per virtual stage (schedules.py): with a
-  // partial last group its order can wait forever (executor/schedule.h simulate_pipeline), and Megatron refuses it.
-  if (q.vpp > 1 && num_microbatches(p) % q.pp != 0)
-    return "the interleaved pipeline schedule needs the microbatches per step (" +
-           std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of pp = " +
-           std::to_string(q.pp) + "; change global_batch";
-  // q/k/v biases run (GLM-4.5); the parameter counts (models/params.cpp) have no bias on an output gate's columns.
-  if (m.attn.sinks || m.attn.o_bias || (m.attn.qkv_bias && m.attn.output_gate))
-    return "model " + m.name + " has an o_proj bias, softmax sinks or q/k/v biases with an output gate, which "
-           "lcplan-exec lacks (it runs q/k/v biases on attention without an output gate)";
-  if (!m.gated_mlp)
-    return "model " + m.name + " has a two-matrix (non-gated) MLP, which lcplan-exec lacks (it runs SwiGLU MLPs)";
-  if (m.moe.expert_bias)
-    return "model " + m.name + " has biased expert layers, which lcplan-exec lacks (its MoE layer has bias-free experts)";
-  if (p.precision != Precision::BF16)
-    return std::string("lcplan-exec runs bf16 only but the plan's precision is ") + to_string(p.precision);
-  if (p.offload.optimizer || p.offload.activations)
-    return "lcplan-exec does not offload to the host; set offload.optimizer and offload.activations to false";
-  if (p.moe.capacity_factor > 0)
-    return "lcplan-exec runs dropless MoE only but the plan has capacity_factor = " +
-           std::to_string(p.moe.capacity_factor) + " (use 0)";
-  if (m.layers.empty()) return "model " + m.name + " has no decoder layers";
-  return "";
+  // lcplan-exec's row of the framework table (estimator/frameworks.h): its kernels' limits and the settings it runs,
+  // whatever implementation the plan names.
+  return framework_support_error(*find_framework("lcplan-exec"), m, p);
 }
 
 }  // namespace lcplan::exec

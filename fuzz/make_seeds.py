@@ -124,3 +124,26 @@ for i in range(64):
     put("estimate", "%02d" % i, hashlib.sha256(b"lcplan-estimate-%d" % i).digest() * 2)
 for i in range(16):
     put("estimate", "zeros-%02d" % i, bytes([i, 0, 0] + [0] * 40))
+
+# Run settings: recipe keys read on top of fuzz_run_settings.cpp's fixed MoE plan (implementations, dtypes, modules,
+# graphs, dispatchers, overlap switches), and a bad module name.
+run_settings = {
+    "megatron-defaults": {},
+    "bridge": {"implementation": "megatron-bridge", "precision": "fp8", "optimizer_sharding": "dist_opt"},
+    "precision-aware": {"optimizer": {"grad_dtype": "bf16", "main_params_dtype": "fp32", "exp_avg_dtype": "bf16",
+                                      "exp_avg_sq_dtype": "bf16", "precision_aware": True},
+                        "offload": {"optimizer": True, "optimizer_fraction": 0.5}},
+    "recompute-modules": {"recompute": "selective", "recompute_modules": ["core_attn", "layernorm", "moe_act", "shared_experts"]},
+    "uniform": {"recompute": "full", "recompute_method": "uniform", "recompute_layers": 2},
+    "offload-modules": {"offload": {"modules": ["qkv_linear", "core_attn", "attn_proj", "expert_fc1", "moe_act"]}},
+    "graphs-te": {"cuda_graphs": {"impl": "transformer_engine", "modules": ["attn", "moe_router", "moe_preprocess"]}},
+    "graphs-full": {"cuda_graphs": {"impl": "full_iteration"}, "moe": {"capacity_factor": 1.0, "pad_to_capacity": True}},
+    "dispatchers": {"moe": {"dispatcher": "hybridep", "routing": "aux_loss", "routing_imbalance": 1.3, "router_dtype": "fp64",
+                            "permute_fusion": False, "a2a_overlap": True}},
+    "comm": {"comm": {"overlap_grad_reduce": False, "overlap_param_gather": True, "tp_overlap": True, "cp": "a2a"}},
+    "fp8": {"precision": "fp8", "fp8": {"recipe": "blockwise", "param_gather": True, "attention": True}},
+    "bumblebee": {"implementation": "bumblebee", "moe": {"ep_chunks": 2}},
+    "bad-module": {"recompute": "selective", "recompute_modules": ["attention"]},
+}
+for name, settings in run_settings.items():
+    put("run_settings", name, settings)

@@ -20,7 +20,6 @@
 #include "common/progress.h"
 #include "common/user_error.h"
 #include "estimator/calibration.h"
-#include "estimator/derived_plan.h"
 #include "estimator/estimate.h"
 #include "estimator/hardware.h"
 #include "estimator/plan_inputs.h"
@@ -138,7 +137,6 @@ py::dict estimate_py(py::handle plan_arg, py::handle hardware_arg, py::handle ca
   choose_calibration(calibration_arg, c);
   // The same loader and steps as `lcplan estimate`, so that the record is the CLI's bit for bit.
   const PlanInputs in = load_checked_inputs(plan, data_dir(), c);
-  plan.gpus_per_node = nvlink_domain_gpus(plan, in.hardware);
   return to_python(estimate_to_json(estimate(in.model, plan, in.hardware, in.calibration), plan));
 }
 
@@ -244,9 +242,9 @@ py::dict search_py(const py::kwargs& kw) {
 
   InputChoices choices;
   if (a.count("calibration")) choices.calibration = str_of(a.at("calibration"), "calibration");
+  choices.search = true;  // unset performance switches at the framework's recommended values, as `lcplan search`
   const PlanInputs in = load_plan_inputs(plan, data_dir(), choices);
   check_plan_inputs(in, plan, /*rules=*/false);  // the search chooses the free dimensions
-  plan.gpus_per_node = nvlink_domain_gpus(plan, in.hardware);
   const ModelSpec& model = in.model;
   const Hardware& hw = in.hardware;
   const Calibration& cal = in.calibration;

@@ -7,7 +7,10 @@ Inputs (copies of public tables, each row with its source address):
   megatron-bridge-h100.json          Megatron-Bridge H100 performance tables
   megatron-bridge-blackwell.json     Megatron-Bridge B200/B300/GB200/GB300 performance tables
                                      (https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary.html)
-Outputs: bumblebee-runs.json, megatron-bridge-h100-runs.json, megatron-bridge-blackwell-runs.json.
+  megatron-moe-long-context-h100.json  Megatron-MoE-ModelZoo Qwen3-235B-A22B at 16K-128K with CP 1-8
+                                     (https://github.com/yanring/Megatron-MoE-ModelZoo, best_practice/qwen3)
+Outputs: bumblebee-runs.json, megatron-bridge-h100-runs.json, megatron-bridge-blackwell-runs.json,
+megatron-moe-long-context-h100-runs.json.
 
 Every row becomes a record. Rows lcplan cannot express carry "not_modelled" (the reason); rows of an older container
 with the same configuration as a newer one carry "superseded_by" (they are predicted and reported, not fitted).
@@ -83,6 +86,45 @@ def precision(text):
     raise ValueError(text)
 
 
+# What Megatron-Bridge's performance recipes set (src/megatron/bridge/perf_recipes/**, Megatron-Bridge@067f987df03b):
+# gradients reduced in bf16 (grad_reduce_in_fp32 False), the DP overlaps on, fp8 current scaling for "FP8-CS", and
+# the recompute modules and CUDA graphs the recipes name for these models.
+def state_recipe_settings(plan, base, r, notes):
+    plan["optimizer"] = {"grad_dtype": "bf16"}
+    plan["comm"] = {"overlap_grad_reduce": True, "overlap_param_gather": True}
+    notes.append("recipe: grad_reduce_in_fp32 False, overlap_grad_reduce and overlap_param_gather on (perf_recipes/_common.py)")
+    if r["precision"].upper().startswith("FP8-CS"):
+        plan["fp8"] = {"recipe": "tensorwise"}
+    hw = r["hardware"].split(" ")[0]
+    if base == "LLAMA3_70B" and (r["TP"] or 1) > 1:
+        plan["comm"]["tp_overlap"] = True
+        notes.append("recipe: TP communication overlap with userbuffers (Llama3-70B perf recipes)")
+    if base == "DeepSeekV3":
+        modules = ["mla_up_proj", "mlp"] if hw == "H100" else ["mla_up_proj"]
+        plan["recompute"], plan["recompute_modules"] = "selective", modules
+        notes.append("recipe: selective recompute of %s (DeepSeek-V3 %s perf recipes)" % (", ".join(modules), hw))
+        if hw == "GB200":
+            plan["cuda_graphs"] = {"impl": "transformer_engine", "modules": ["attn", "moe_router", "moe_preprocess"]}
+            notes.append("recipe: Transformer Engine CUDA graphs of attn, moe_router, moe_preprocess (DeepSeek-V3 GB200 perf recipes)")
+    elif r.get("is_moe"):
+        plan["recompute"], plan["recompute_modules"] = "selective", ["layernorm", "moe_act"]
+        notes.append("recipe: selective recompute of layernorm, moe_act (MoE perf recipes)")
+    elif base == "LLAMA3_8B" and hw == "H100" and r["precision"].upper().startswith("FP8-CS"):
+        plan["recompute"], plan["recompute_layers"], plan["recompute_method"] = "full", 5, "block"
+        notes.append("recipe: full recompute, block method, 5 layers (Llama3-8B H100 fp8cs perf recipe)")
+
+
+# A configuration as the tables state it (the recipe settings stated above do not tell two rows apart: a row without
+# a named fp8 recipe is the same configuration as one with it).
+def configuration_key(plan):
+    recipe = {"fp8", "recompute", "recompute_modules", "recompute_layers", "recompute_method", "cuda_graphs", "optimizer",
+              "comm", "implementation"}
+    p = {k: v for k, v in plan.items() if k not in recipe}
+    if "moe" in p:
+        p["moe"] = {k: v for k, v in p["moe"].items() if k not in ("routing", "pad_to_capacity")}
+    return json.dumps(p, sort_keys=True)
+
+
 def version(c):
     return tuple(int(x) for x in c.split("."))
 
@@ -117,11 +159,12 @@ def convert(rows, out_name, description):
                 "parallel": {"tp": r["TP"], "pp": r["PP"], "vpp": vpp, "cp": r["CP"], "ep": r["EP"] or 1,
                              "etp": r["ETP"] or 1},
                 "optimizer_sharding": "fsdp" if of.get("FSDP_column") else "dist_opt",
-                "recompute": "none", "implementation": "megatron"}
-        notes.append("assumed: %s, no recompute (the table states neither)" %
+                "recompute": "none", "implementation": "megatron-bridge"}
+        notes.append("assumed: %s (the table states neither)" %
                      ("FSDP over the FSDP column's ranks" if of.get("FSDP_column") else "distributed optimizer"))
+        state_recipe_settings(plan, base, r, notes)
         if variant == "tokendrop":
-            plan["moe"] = {"capacity_factor": 1.0}
+            plan["moe"] = dict(plan.get("moe", {}), capacity_factor=1.0, pad_to_capacity=True)
             notes.append("token dropping at capacity factor 1.0 with experts padded to capacity")
         if variant == "w/o MTP":
             plan["mtp_layers"] = 0
@@ -130,12 +173,14 @@ def convert(rows, out_name, description):
         elif base == "DeepSeekV3":
             notes.append("MTP as the model defines it (1 module): the row does not say")
         if r.get("is_moe"):
+            moe = plan.setdefault("moe", {})
+            moe["routing"] = "forced"
             notes.append("routing force-balanced (the page's footnote)")
             if base == "DeepSeekV3":
-                plan.setdefault("moe", {})["dispatcher"] = "deepep"
+                moe["dispatcher"] = "deepep"
                 notes.append("assumed: DeepEP token dispatch (Megatron's flex dispatcher), as the DeepSeek-V3 recipes use")
             if (r["EP"] or 1) > 1 and (r["PP"] == 1 or vpp > 1):
-                plan.setdefault("moe", {})["a2a_overlap"] = True
+                moe["a2a_overlap"] = True
                 notes.append("assumed: EP all-to-all overlapped across microbatches where Megatron allows it (pp 1 or "
                              "vpp > 1), as Megatron-Bridge's MoE performance recipes do")
         if of["task"].startswith("SFT"):
@@ -149,7 +194,7 @@ def convert(rows, out_name, description):
         runs.append(rec)
         if "not_modelled" in rec or "alternate variant" in (r.get("notes") or ""):
             continue
-        key = json.dumps({k: v for k, v in plan.items()}, sort_keys=True) + of["task"]
+        key = configuration_key(plan) + of["task"]
         if key not in newest or version(of["container"]) > version(newest[key][1]):
             newest[key] = (rid, of["container"])
     by_id = {rec["id"]: rec for rec in runs}
@@ -157,7 +202,7 @@ def convert(rows, out_name, description):
     for rec in runs:
         if "not_modelled" in rec or rec["id"] in winners:
             continue
-        key = json.dumps(rec["plan"], sort_keys=True)
+        key = configuration_key(rec["plan"])
         task = next(r["other_flags"]["task"] for r in rows if (r.get("id") or "bw%03d" % r["row"]) == rec["id"])
         rec["superseded_by"] = newest[key + task][0] if key + task in newest else ""
         if not rec["superseded_by"]:
@@ -172,3 +217,33 @@ convert(json.load(open(os.path.join(root, "megatron-bridge-h100.json"))), "megat
         "Megatron-Bridge H100 measurements (every row; older containers marked superseded_by)")
 convert(json.load(open(os.path.join(root, "megatron-bridge-blackwell.json"))), "megatron-bridge-blackwell-runs.json",
         "Megatron-Bridge Blackwell measurements (every row; older containers marked superseded_by)")
+
+
+# ---- Megatron-MoE-ModelZoo: Qwen3-235B-A22B at 16K-128K on 256 H100 (CP 1-8) ----
+def convert_long_context(rows, out_name, description):
+    runs = []
+    for r in rows:
+        s = r["source"]
+        of = r["other_flags"]
+        vpp = r["VPP"] or 1
+        plan = {"model": "qwen3-235b-a22b", "hardware": "h100-sxm-80gb", "gpus": r["num_gpus"], "seq_len": r["seq_len"],
+                "micro_batch": r["micro_batch"] or 1, "global_batch": r["global_batch"], "precision": "bf16",
+                "parallel": {"tp": r["TP"], "pp": r["PP"], "vpp": vpp, "cp": r["CP"], "ep": r["EP"], "etp": r["ETP"]},
+                "optimizer_sharding": "dist_opt", "recompute": "selective", "recompute_modules": ["layernorm", "moe"],
+                "moe": {"dispatcher": "deepep" if of["dispatcher"] == "DeepEP" else "alltoall",
+                        "routing": "forced" if of["routing"] == "forced balance" else "aux_loss",
+                        "a2a_overlap": bool(of["A2A_OVERLAP"])},
+                "implementation": "megatron"}
+        notes = ["measured TFLOPs/GPU by Megatron-LM's FLOP count (causal attention halved, as lcplan counts)",
+                 "micro batch 1 (the script's default; the table does not state it)",
+                 "settings the table does not state take Megatron-LM's defaults"]
+        runs.append({"id": "mz-" + r["id"], "source": "%s (https://github.com/%s/blob/%s/%s)" % (
+                         s["table"], s["repo"], s["commit"], s["path"]),
+                     "tflops_per_gpu": r["measured"]["tflops_per_gpu"], "plan": plan, "notes": "; ".join(notes)})
+    dump(out_name, description, runs)
+    print(f"{out_name}: {len(runs)} rows", file=sys.stderr)
+
+
+convert_long_context(json.load(open(os.path.join(root, "megatron-moe-long-context-h100.json"))),
+                     "megatron-moe-long-context-h100-runs.json",
+                     "Megatron-MoE-ModelZoo Qwen3-235B-A22B long-context runs on 256 H100 (force-balanced routing)")

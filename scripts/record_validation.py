@@ -10,7 +10,8 @@ Usage: scripts/record_validation.py [path/to/lcplan]   (default build/release/cl
 import datetime, json, os, subprocess, sys
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-CORPUS = ["megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json"]
+CORPUS = ["megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json",
+          "megatron-moe-long-context-h100-runs.json"]
 BEGIN, END = "<!-- validation-groups:begin -->", "<!-- validation-groups:end -->"
 
 

@@ -1,5 +1,7 @@
 #include "search/megatron_args.h"
 
+#include "estimator/frameworks.h"
+
 #include <algorithm>
 #include <cctype>
 #include <functional>
@@ -33,6 +35,7 @@ struct Words {
   std::vector<std::pair<std::string, std::vector<std::string>>> flags;  // in order
   std::map<std::string, std::string> env;
   std::vector<std::string> launcher;  // torchrun's own words (before the script)
+  bool bridge = false;                // a Megatron-Bridge override was read
 };
 
 // Megatron-Bridge's `section.field=value` (or `mixed_precision=recipe`) as the Megatron flag the table names for the
@@ -144,7 +147,7 @@ Words split_words(const std::vector<std::string>& words) {
     } else if (!seen_flag && is_env_word(w) && w.find('.') > w.find('=') && w.rfind("mixed_precision=", 0) != 0) {
       out.env[w.substr(0, w.find('='))] = w.substr(w.find('=') + 1);
     } else {
-      bridge_override(w, out);  // anything else (a stray word before the flags) is the launcher's
+      if (bridge_override(w, out)) out.bridge = true;  // anything else (a stray word before the flags) is the launcher's
     }
   }
   return out;
@@ -443,6 +446,8 @@ MegatronLaunch parse_megatron_words(const std::vector<std::string>& words, int s
     else if (!megatron_flag_without_effect(name) && ignored.insert(name).second) l.ignored.push_back(name);
   }
   read_megatron_rows(f, w.env, script_world_size, l);
+  // A Megatron-Bridge launch: the settings its overrides leave out are its performance recipes' (frameworks.h).
+  if (w.bridge) l.plan.implementation = "megatron-bridge";
   model_from_flags(f, l, l.plan.parallel.tp);
   if (l.model) l.plan.model = l.model->name;
   return l;
@@ -491,6 +496,10 @@ Plan finish_megatron_plan(const MegatronLaunch& l, const ModelSpec& m, int gpus,
   p.gpus = gpus;
   p.model = m.name;
   finish_megatron_rows(l, m, p, notes);
+  // What the absent flags mean: the launch's implementation's defaults (Megatron-LM's, or a Megatron-Bridge recipe's),
+  // kept marked as assumed so that loading the plan (estimator/plan_inputs.h) says so and applies another
+  // implementation's if one is given.
+  apply_run_defaults(p, m);
   return p;
 }
 

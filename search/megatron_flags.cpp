@@ -9,48 +9,15 @@
 
 #include "common/user_error.h"
 #include "search/megatron_args.h"
+#include "search/megatron_rows.h"
 
 namespace lcplan {
-
-// What the rows work on. Sources of every rule below: Megatron-LM megatron/training/arguments.py (flags, defaults,
-// validate_args) and megatron/core/transformer/transformer_config.py (__post_init__ checks).
-struct MegatronReading {
-  const MegatronFlagSet& f;
-  MegatronLaunch& l;
-  Plan& p;
-  Parallel& q;
-  const std::map<std::string, std::string>& env;
-  int script_world_size;
-};
-
-struct MegatronFinishing {
-  const MegatronLaunch& l;
-  const ModelSpec& m;
-  int layers;  // the model's decoder layers
-  Plan& p;
-  std::vector<std::string>* notes;
-};
-
-struct MegatronEmission {
-  const Plan& p;
-  const ModelSpec& m;
-  bool moe;
-  int layers;
-  int mtp;  // MTP layers the plan trains
-  SplitResult split;
-  std::ostringstream flags;            // " --flag value" each
-  std::vector<std::string> comments;   // "# ..." lines after the flags
-  std::vector<std::string> no_flag;    // the fields of the "# no Megatron flag:" line
-};
 
 namespace {
 
 template <typename T>
 void add(FieldValues& v, const char* field, const T& value) {
-  std::ostringstream o;
-  o.precision(17);  // a double compares exactly
-  o << value;
-  v.push_back({field, o.str()});
+  add_value(v, field, value);
 }
 
 bool has_moe(const ModelSpec& m) {
@@ -266,19 +233,6 @@ void expressed_pipeline(const Plan& p, FieldValues& v) {
   add(v, "pipeline.layers", join_words(layers, ","));
 }
 
-void read_context_parallel(MegatronReading& r) {
-  r.q.cp = r.f.integer("--context-parallel-size", 1).value_or(1);
-  const auto types = r.f.list("--cp-comm-type");
-  for (const auto& t : types.value_or(std::vector<std::string>{})) {
-    if (t != "p2p" && t != "a2a" && t != "allgather" && t != "a2a+p2p")
-      throw UserError("--cp-comm-type \"" + t + "\" is not valid (valid: p2p, a2a, allgather, a2a+p2p)");
-    if (t != "p2p" && r.q.cp > 1) {
-      r.l.notes.push_back("--cp-comm-type " + t + " is modelled as the p2p ring lcplan costs for context parallelism");
-      break;
-    }
-  }
-}
-
 // Megatron turns sequence parallelism off at TP 1 (arguments.py); lcplan keeps its default there, where it means nothing.
 void read_sequence_parallel(MegatronReading& r) {
   r.p.sequence_parallel = r.f.on("--sequence-parallel") || r.q.tp == 1;
@@ -340,14 +294,11 @@ std::vector<MegatronRow> parallel_rows() {
        .emit = emit_pipeline,
        .expressed = expressed_pipeline},
       {.field = "parallel.cp",
-       .flags = {{"--context-parallel-size", Arity::One}, {"--cp-comm-type", Arity::List}},
+       .flags = {{"--context-parallel-size", Arity::One}},
        .fidelity = Fidelity::Exact,
        .note = "",
-       .read = read_context_parallel,
-       .emit = [](MegatronEmission& e) {
-         e.flags << " --context-parallel-size " << e.p.parallel.cp;
-         if (e.p.parallel.cp > 1) e.flags << " --cp-comm-type p2p";
-       },
+       .read = [](MegatronReading& r) { r.q.cp = r.f.integer("--context-parallel-size", 1).value_or(1); },
+       .emit = [](MegatronEmission& e) { e.flags << " --context-parallel-size " << e.p.parallel.cp; },
        .expressed = [](const Plan& p, FieldValues& v) { add(v, "cp", p.parallel.cp); }},
       {.field = "parallel.ep",
        .flags = {{"--expert-model-parallel-size", Arity::One}},
@@ -448,16 +399,15 @@ void read_optimizer_sharding(MegatronReading& r) {
   if (f.on("--overlap-param-gather") && p.optimizer_sharding == OptimizerSharding::None && !mfsdp)
     throw UserError("--overlap-param-gather needs --use-distributed-optimizer (Megatron gathers parameters only when "
                     "they are sharded; add it or drop the overlap)");
-  f.on("--overlap-grad-reduce");
 }
 
 void emit_optimizer_sharding(MegatronEmission& e) {
   switch (e.p.optimizer_sharding) {
-    case OptimizerSharding::None: e.flags << " --overlap-grad-reduce"; break;
-    case OptimizerSharding::DistOpt: e.flags << " --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"; break;
+    case OptimizerSharding::None: break;
+    case OptimizerSharding::DistOpt: e.flags << " --use-distributed-optimizer"; break;
     case OptimizerSharding::Fsdp:
       e.flags << " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer"
-                 " --no-gradient-accumulation-fusion --overlap-grad-reduce --overlap-param-gather";
+                 " --no-gradient-accumulation-fusion";
       e.comments.push_back("# fsdp: Megatron-FSDP (optim_grads_params = ZeRO-3) shards experts over the expert-data-parallel "
                            "group as lcplan models; Megatron-LM's --use-torch-fsdp2 path refuses the distributed optimizer "
                            "and is not used here");
@@ -465,22 +415,14 @@ void emit_optimizer_sharding(MegatronEmission& e) {
   }
 }
 
-void read_optimizer_dtypes(MegatronReading& r) {
-  for (const char* dtype : {"--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"})
-    if (const auto t = r.f.text(dtype); t && *t != "fp32")
-      r.l.notes.push_back(std::string(dtype) + " " + *t + " is modelled as fp32 (lcplan counts fp32 master weights, "
-                                                         "gradients and Adam moments)");
-}
-
 // Optimizer state offload: fraction 1 (Megatron's default) offloads all of it.
 void read_optimizer_offload(MegatronReading& r) {
   const MegatronFlagSet& f = r.f;
   if (f.on("--optimizer-cpu-offload")) {
+    // The fraction's argument default is 1.0 (arguments.py; the config dataclass's 0.0 applies to Megatron-Bridge).
     const double frac = f.number("--optimizer-offload-fraction", 0, 1, "0 to 1").value_or(1.0);
     r.p.offload.optimizer = frac > 0;
-    if (frac > 0 && frac < 1)
-      r.l.notes.push_back("--optimizer-offload-fraction " + *f.text("--optimizer-offload-fraction") +
-                          " is modelled as offloading all optimizer state");
+    r.p.offload.optimizer_fraction = frac > 0 ? frac : 1.0;
     if (frac == 0) r.l.notes.push_back("--optimizer-offload-fraction 0 offloads nothing");
   } else if (f.has("--optimizer-offload-fraction")) {
     f.number("--optimizer-offload-fraction", 0, 1, "0 to 1");
@@ -534,10 +476,9 @@ void read_full_recompute(MegatronReading& r, const std::optional<std::string>& m
                     "layers per virtual stage to recompute)");
   if (*method == "block") {
     r.p.recompute_layers = *layers;
-  } else if (*layers > 1) {
-    r.l.notes.push_back("--recompute-method uniform --recompute-num-layers " + std::to_string(*layers) +
-                        " keeps one checkpoint per " + std::to_string(*layers) +
-                        " layers; lcplan models one per layer (all layers recomputed either way)");
+  } else if (*layers > 1) {  // one checkpoint per `layers` layers, every layer recomputed
+    r.p.recompute_method = RecomputeMethod::Uniform;
+    r.p.recompute_layers = *layers;
   }
   if (modules) r.l.notes.push_back("--recompute-modules has no effect with --recompute-granularity full");
 }
@@ -550,16 +491,17 @@ void read_selective_recompute(MegatronReading& r, const std::optional<std::strin
     throw UserError("--recompute-num-layers contradicts --recompute-granularity selective (Megatron takes a layer count "
                     "only for full recompute; give one)");
   if (method) r.l.notes.push_back("--recompute-method has no effect with --recompute-granularity selective");
-  std::vector<std::string> mods = modules.value_or(std::vector<std::string>{"core_attn"});
-  std::sort(mods.begin(), mods.end());
-  static const std::set<std::string> valid = {"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj"};
-  for (const auto& mod : mods)
-    if (!valid.count(mod))
-      throw UserError("--recompute-modules \"" + mod + "\" is not valid (valid: core_attn, layernorm, mlp, moe, moe_act, "
-                      "shared_experts, mla_up_proj)");
-  if (mods != std::vector<std::string>{"core_attn", "layernorm", "moe_act"})
-    r.l.notes.push_back("--recompute-modules " + join_words(mods) + " is modelled as lcplan's selective recompute (core_attn, "
-                        "layernorm, moe_act)");
+  if (!modules) return;  // Megatron's default, core_attn (transformer_config.py __post_init__): the implementation's
+  r.p.assumed &= ~kFieldRecomputeModules;
+  // Modules Megatron-LM has for layers lcplan's zoo does not build (gated DeltaProduct, HyperConnection) or whose
+  // tensors lcplan does not count separately: read, with a note, as dropping nothing.
+  static const std::set<std::string> unmodelled = {"gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"};
+  std::vector<std::string> mods;
+  for (const auto& mod : *modules) {
+    if (!unmodelled.count(mod)) mods.push_back(mod);
+    else r.l.notes.push_back("--recompute-modules " + mod + " is not modelled (lcplan counts its tensors as kept)");
+  }
+  r.p.recompute_modules = parse_modules(mods, recompute_module_names(), "--recompute-modules");
 }
 
 void read_recompute(MegatronReading& r) {
@@ -584,11 +526,18 @@ void read_recompute(MegatronReading& r) {
 void emit_recompute(MegatronEmission& e) {
   switch (e.p.recompute) {
     case Recompute::None: break;
-    case Recompute::Selective: e.flags << " --recompute-granularity selective --recompute-modules core_attn layernorm moe_act"; break;
+    case Recompute::Selective:
+      e.flags << " --recompute-granularity selective --recompute-modules "
+              << join_words(module_list(e.p.recompute_modules, recompute_module_names()));
+      break;
     case Recompute::Full:
-      e.flags << " --recompute-granularity full --recompute-method "
-              << (e.p.recompute_layers > 0 ? "block --recompute-num-layers " + std::to_string(e.p.recompute_layers)
-                                           : "uniform --recompute-num-layers 1");
+      e.flags << " --recompute-granularity full --recompute-method ";
+      if (e.p.recompute_method == RecomputeMethod::Uniform && e.p.recompute_layers > 1)
+        e.flags << "uniform --recompute-num-layers " << e.p.recompute_layers;
+      else if (e.p.recompute_layers > 0 && e.p.recompute_method == RecomputeMethod::Block)
+        e.flags << "block --recompute-num-layers " << e.p.recompute_layers;
+      else
+        e.flags << "uniform --recompute-num-layers 1";
       break;
   }
 }
@@ -611,8 +560,7 @@ void emit_linear_ce(MegatronEmission& e) {
 std::vector<MegatronRow> optimizer_rows() {
   return {
       {.field = "optimizer_sharding",
-       .flags = {{"--use-distributed-optimizer", Arity::Switch}, {"--overlap-grad-reduce", Arity::Switch},
-                 {"--overlap-param-gather", Arity::Switch}, {"--use-torch-fsdp2", Arity::Switch},
+       .flags = {{"--use-distributed-optimizer", Arity::Switch}, {"--use-torch-fsdp2", Arity::Switch},
                  {"--use-megatron-fsdp", Arity::Switch}, {"--data-parallel-sharding-strategy", Arity::One},
                  {"--no-gradient-accumulation-fusion", Arity::Switch}},
        .fidelity = Fidelity::Exact,
@@ -620,12 +568,6 @@ std::vector<MegatronRow> optimizer_rows() {
        .read = read_optimizer_sharding,
        .emit = emit_optimizer_sharding,
        .expressed = [](const Plan& p, FieldValues& v) { add(v, "optimizer_sharding", to_string(p.optimizer_sharding)); }},
-      {.field = "(optimizer state dtypes)",
-       .flags = {{"--main-grads-dtype", Arity::One}, {"--main-params-dtype", Arity::One}, {"--exp-avg-dtype", Arity::One},
-                 {"--exp-avg-sq-dtype", Arity::One}},
-       .fidelity = Fidelity::Approximate,
-       .note = "lcplan counts fp32 master weights, gradients and Adam moments whatever dtype Megatron stores them in",
-       .read = read_optimizer_dtypes},
       {.field = "(optimizer)",
        .flags = {{"--optimizer", Arity::One}},
        .fidelity = Fidelity::Approximate,
@@ -640,9 +582,12 @@ std::vector<MegatronRow> optimizer_rows() {
        .note = "",
        .read = read_optimizer_offload,
        .emit = [](MegatronEmission& e) {
-         if (e.p.offload.optimizer) e.flags << " --optimizer-cpu-offload --optimizer-offload-fraction 1.0";
+         if (e.p.offload.optimizer) e.flags << " --optimizer-cpu-offload --optimizer-offload-fraction " << e.p.offload.optimizer_fraction;
        },
-       .expressed = [](const Plan& p, FieldValues& v) { add(v, "offload.optimizer", p.offload.optimizer); }},
+       .expressed = [](const Plan& p, FieldValues& v) {
+         add(v, "offload.optimizer", p.offload.optimizer);
+         add(v, "offload.optimizer_fraction", p.offload.optimizer ? p.offload.optimizer_fraction : 0.0);
+       }},
       {.field = "offload.activations",
        .flags = {{"--cpu-offloading", Arity::Switch}, {"--cpu-offloading-num-layers", Arity::One}},
        .fidelity = Fidelity::Exact,
@@ -661,7 +606,10 @@ std::vector<MegatronRow> optimizer_rows() {
        .emit = emit_recompute,
        .expressed = [](const Plan& p, FieldValues& v) {
          add(v, "recompute", to_string(p.recompute));
-         add(v, "recompute_layers", p.recompute_layers);
+         const bool uniform = p.recompute_method == RecomputeMethod::Uniform && p.recompute_layers > 1;
+         add(v, "recompute_method", uniform ? "uniform" : "block");
+         add(v, "recompute_layers", uniform || p.recompute_method == RecomputeMethod::Block ? p.recompute_layers : 0);
+         add(v, "recompute_modules", p.recompute == Recompute::Selective ? module_text(p.recompute_modules, recompute_module_names()) : "-");
        }},
       {.field = "linear_ce",
        .flags = {{"--cross-entropy-loss-fusion", Arity::Switch}, {"--cross-entropy-fusion-impl", Arity::One}},
@@ -675,35 +623,44 @@ std::vector<MegatronRow> optimizer_rows() {
 
 // ---- MoE and precision ------------------------------------------------------------------------------------------
 
-// The flex dispatcher's backend defaults to DeepEP (megatron/training/arguments.py).
+// The dispatcher's default is allgather, the flex dispatcher's backend DeepEP (megatron/training/arguments.py); the
+// deprecated --moe-enable-deepep is flex with DeepEP.
 void read_dispatcher(MegatronReading& r) {
-  const auto dispatcher = r.f.choice("--moe-token-dispatcher-type", {"alltoall", "allgather", "flex", "alltoall_seq"});
-  if (dispatcher && *dispatcher == "allgather" && r.q.ep > 1)
-    r.l.notes.push_back("--moe-token-dispatcher-type allgather is modelled as the all-to-all lcplan costs for expert parallelism");
-  const auto backend = r.f.choice("--moe-flex-dispatcher-backend", {"deepep", "hybridep"});
-  const bool flex = dispatcher && *dispatcher == "flex";
-  if (backend && !flex)
+  auto dispatcher = r.f.choice("--moe-token-dispatcher-type", {"alltoall", "allgather", "flex", "alltoall_seq"});
+  const auto backend = r.f.choice("--moe-flex-dispatcher-backend", {"deepep", "hybridep", "ncclep"});
+  if (r.f.on("--moe-enable-deepep")) dispatcher = "flex";
+  if (!dispatcher) {
+    if (backend) r.l.notes.push_back("--moe-flex-dispatcher-backend has no effect without --moe-token-dispatcher-type flex");
+    return;  // Megatron's allgather: the implementation's default (Plan::assumed)
+  }
+  r.p.assumed &= ~kFieldDispatcher;
+  if (*dispatcher == "allgather") r.p.moe.dispatcher = MoeDispatcher::AllGather;
+  else if (*dispatcher != "flex") r.p.moe.dispatcher = MoeDispatcher::AllToAll;
+  else r.p.moe.dispatcher = backend && *backend == "hybridep" ? MoeDispatcher::HybridEP : MoeDispatcher::DeepEP;
+  if (*dispatcher == "alltoall_seq") r.l.notes.push_back("--moe-token-dispatcher-type alltoall_seq is modelled as alltoall");
+  if (backend && *backend == "ncclep") r.l.notes.push_back("--moe-flex-dispatcher-backend ncclep is modelled as DeepEP");
+  if (backend && *dispatcher != "flex")
     r.l.notes.push_back("--moe-flex-dispatcher-backend has no effect without --moe-token-dispatcher-type flex");
-  if (!flex) return;
-  r.p.moe.dispatcher = MoeDispatcher::DeepEP;
-  if (backend && *backend == "hybridep")
-    r.l.notes.push_back("--moe-flex-dispatcher-backend hybridep is modelled as DeepEP (deduplicated, fp8 dispatch)");
 }
 
 void emit_dispatcher(MegatronEmission& e) {
   if (!e.moe) return;
   e.flags << " --moe-grouped-gemm";  // the expert GEMMs the calibration's grouped_gemm_efficiency stands for
-  if (e.p.parallel.ep > 1)
-    e.flags << (e.p.moe.dispatcher == MoeDispatcher::DeepEP ? " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"
-                                                            : " --moe-token-dispatcher-type alltoall");
+  if (e.p.parallel.ep <= 1) return;
+  switch (e.p.moe.dispatcher) {
+    case MoeDispatcher::AllToAll: e.flags << " --moe-token-dispatcher-type alltoall"; break;
+    case MoeDispatcher::AllGather: e.flags << " --moe-token-dispatcher-type allgather"; break;
+    case MoeDispatcher::DeepEP: e.flags << " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend deepep"; break;
+    case MoeDispatcher::HybridEP: e.flags << " --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep"; break;
+  }
 }
 
+// Capacity = ceil(tokens / experts x factor); padding to it only with --moe-pad-expert-input-to-capacity (moe_utils.py).
 void read_capacity(MegatronReading& r) {
   if (const auto cf = r.f.number("--moe-expert-capacity-factor", 0, 64, "a positive capacity factor, up to 64")) {
     r.p.moe.capacity_factor = *cf;
-    if (!r.f.on("--moe-pad-expert-input-to-capacity"))
-      r.l.notes.push_back("--moe-expert-capacity-factor without --moe-pad-expert-input-to-capacity: lcplan counts every "
-                          "expert padded to capacity, an upper bound");
+    r.p.moe.pad_to_capacity = r.f.on("--moe-pad-expert-input-to-capacity");
+    r.p.assumed &= ~kFieldPadToCapacity;
   } else if (r.f.on("--moe-pad-expert-input-to-capacity")) {
     throw UserError("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (Megatron pads to a capacity "
                     "only when one is set; add it)");
@@ -721,6 +678,7 @@ void read_precision(MegatronReading& r) {
   if (fp8 && fp4) throw UserError("--fp8-format " + *fp8 + " contradicts --fp4-format " + *fp4 + " (one GEMM format per run; give one)");
   const bool bf16 = f.on("--bf16"), fp16 = f.on("--fp16");
   if (bf16 && fp16) throw UserError("--bf16 contradicts --fp16 (give one)");
+  if (fp8 && fp8_recipe && *fp8_recipe != "mxfp8") r.p.fp8.recipe = parse_fp8_recipe(*fp8_recipe), r.p.assumed &= ~kFieldFp8Recipe;
   if (fp8) r.p.precision = fp8_recipe && *fp8_recipe == "mxfp8" ? Precision::MXFP8 : Precision::FP8;
   else if (fp4) r.p.precision = Precision::NVFP4;
   else if (fp8_recipe) notes.push_back("--fp8-recipe has no effect without --fp8-format (the run trains in bf16)");
@@ -732,7 +690,7 @@ void read_precision(MegatronReading& r) {
 void emit_precision(MegatronEmission& e) {
   switch (e.p.precision) {
     case Precision::BF16: break;
-    case Precision::FP8: e.flags << " --fp8-format hybrid --fp8-recipe tensorwise"; break;
+    case Precision::FP8: e.flags << " --fp8-format hybrid --fp8-recipe " << to_string(e.p.fp8.recipe); break;
     case Precision::MXFP8: e.flags << " --fp8-format e4m3 --fp8-recipe mxfp8"; break;
     case Precision::NVFP4: e.flags << " --fp4-format e2m1 --fp4-recipe nvfp4"; break;
   }
@@ -743,12 +701,15 @@ std::vector<MegatronRow> moe_and_precision_rows() {
   return {
       {.field = "moe.dispatcher",
        .flags = {{"--moe-token-dispatcher-type", Arity::One}, {"--moe-flex-dispatcher-backend", Arity::One},
-                 {"--moe-grouped-gemm", Arity::Switch}},
+                 {"--moe-enable-deepep", Arity::Switch}, {"--moe-grouped-gemm", Arity::Switch}},
        .fidelity = Fidelity::Exact,
        .note = "",
        .read = read_dispatcher,
        .emit = emit_dispatcher,
-       .expressed = [](const Plan& p, FieldValues& v) { add(v, "moe.dispatcher", to_string(p.moe.dispatcher)); }},
+       // The dispatcher means nothing without expert parallelism (ep is compared first).
+       .expressed = [](const Plan& p, FieldValues& v) {
+         add(v, "moe.dispatcher", p.parallel.ep > 1 ? to_string(p.moe.dispatcher) : "-");
+       }},
       {.field = "moe.a2a_overlap",
        .flags = {{"--overlap-moe-expert-parallel-comm", Arity::Switch}, {"--delay-wgrad-compute", Arity::Switch}},
        .fidelity = Fidelity::Exact,
@@ -774,16 +735,20 @@ std::vector<MegatronRow> moe_and_precision_rows() {
        },
        .emit = [](MegatronEmission& e) { if (e.mtp > 0) e.flags << " --mtp-num-layers " << e.mtp; },
        .expressed = [](const Plan& p, FieldValues& v) { add(v, "mtp_layers", p.mtp_layers); }},
-      {.field = "moe.capacity_factor",
+      {.field = "moe.capacity_factor, moe.pad_to_capacity",
        .flags = {{"--moe-expert-capacity-factor", Arity::One}, {"--moe-pad-expert-input-to-capacity", Arity::Switch}},
        .fidelity = Fidelity::Exact,
        .note = "",
        .read = read_capacity,
        .emit = [](MegatronEmission& e) {
-         if (e.p.moe.capacity_factor > 0)
-           e.flags << " --moe-expert-capacity-factor " << e.p.moe.capacity_factor << " --moe-pad-expert-input-to-capacity";
+         if (e.p.moe.capacity_factor <= 0) return;
+         e.flags << " --moe-expert-capacity-factor " << e.p.moe.capacity_factor;
+         if (e.p.moe.pad_to_capacity) e.flags << " --moe-pad-expert-input-to-capacity";
        },
-       .expressed = [](const Plan& p, FieldValues& v) { add(v, "moe.capacity_factor", p.moe.capacity_factor); }},
+       .expressed = [](const Plan& p, FieldValues& v) {
+         add(v, "moe.capacity_factor", p.moe.capacity_factor);
+         add(v, "moe.pad_to_capacity", p.moe.capacity_factor > 0 ? std::to_string(p.moe.pad_to_capacity) : "-");
+       }},
       {.field = "precision",
        .flags = {{"--bf16", Arity::Switch}, {"--fp16", Arity::Switch}, {"--fp8-format", Arity::One, "fp8"},
                  {"--fp8-recipe", Arity::One}, {"--fp4-format", Arity::One, "fp4"}, {"--fp4-recipe", Arity::One}},
@@ -791,7 +756,10 @@ std::vector<MegatronRow> moe_and_precision_rows() {
        .note = "",
        .read = read_precision,
        .emit = emit_precision,
-       .expressed = [](const Plan& p, FieldValues& v) { add(v, "precision", to_string(p.precision)); }},
+       .expressed = [](const Plan& p, FieldValues& v) {
+         add(v, "precision", to_string(p.precision));
+         add(v, "fp8.recipe", p.precision == Precision::FP8 ? to_string(p.fp8.recipe) : "-");
+       }},
   };
 }
 
@@ -818,14 +786,12 @@ std::vector<MegatronRow> no_flag_rows() {
        .note = "the NVLink domain, which is not --nproc-per-node on NVL72",
        .emit = [](MegatronEmission& e) { e.no_flag.push_back("gpus_per_node"); }},
       {.field = "moe.routing_imbalance",
-       .flags = {{"--moe-router-force-load-balancing", Arity::Switch}},
        .fidelity = Fidelity::NoFlag,
-       .note = "a modelling input; --moe-router-force-load-balancing is a benchmarking flag, read as the balanced default 1",
-       .read = [](MegatronReading& r) { r.f.on("--moe-router-force-load-balancing"); },
+       .note = "the auxiliary-loss router's busiest rank over the mean: a modelling input (forced balance is 1)",
        .emit = [](MegatronEmission& e) {
+         if (!e.moe || e.p.moe.routing == Routing::Forced) return;
          std::ostringstream o;
-         o << "routing_imbalance " << e.p.moe.routing_imbalance
-           << " (a modelling input; --moe-router-force-load-balancing is for benchmarks only)";
+         o << "routing_imbalance " << e.p.moe.routing_imbalance << " (the auxiliary-loss router's)";
          e.no_flag.push_back(o.str());
        }},
       {.field = "implementation",
@@ -864,7 +830,7 @@ std::vector<MegatronRow> no_flag_rows() {
 const std::vector<MegatronRow>& megatron_rows() {
   static const std::vector<MegatronRow> rows = [] {
     std::vector<MegatronRow> all;
-    for (auto group : {parallel_rows, batch_rows, optimizer_rows, moe_and_precision_rows, no_flag_rows})
+    for (auto group : {parallel_rows, batch_rows, optimizer_rows, moe_and_precision_rows, run_setting_rows, no_flag_rows})
       for (MegatronRow& r : group()) all.push_back(std::move(r));
     return all;
   }();
@@ -911,22 +877,22 @@ const std::vector<std::string>& megatron_flags_without_effect() {
       "--exit-duration-in-mins", "--use-mcore-models", "--transformer-impl", "--attention-dropout", "--hidden-dropout",
       "--attention-softmax-in-fp32", "--use-flash-attn", "--attention-backend", "--no-masked-softmax-fusion",
       "--no-bias-gelu-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion",
-      "--moe-permute-fusion", "--moe-router-fusion", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff",
-      "--moe-z-loss-coeff", "--moe-router-dtype", "--moe-router-pre-softmax", "--moe-token-drop-policy",
+      "--moe-router-fusion", "--moe-aux-loss-coeff",
+      "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--moe-token-drop-policy",
       "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor", "--moe-router-enable-expert-bias",
-      "--moe-shared-expert-overlap", "--moe-enable-deepep", "--moe-use-legacy-grouped-gemm", "--moe-per-layer-logging",
-      "--moe-layer-recompute", "--tp-comm-overlap", "--manual-gc", "--manual-gc-interval", "--rotary-base",
+      "--moe-shared-expert-overlap", "--moe-use-legacy-grouped-gemm", "--moe-per-layer-logging",
+      "--moe-layer-recompute", "--manual-gc", "--manual-gc-interval", "--rotary-base",
       "--rotary-scaling-factor", "--use-rotary-position-embeddings", "--rotary-interleaved", "--calculate-per-token-loss",
       "--ckpt-fully-parallel-save", "--ckpt-fully-parallel-load", "--async-save", "--no-create-attention-mask-in-dataloader",
       "--num-workers", "--dataloader-type", "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask",
-      "--norm-epsilon", "--apply-layernorm-1p", "--accumulate-allreduce-grads-in-fp32", "--fp8-amax-history-len",
-      "--fp8-amax-compute-algo", "--fp8-margin", "--fp8-param-gather", "--rerun-mode", "--check-for-nan-in-loss-and-grad",
-      "--no-check-for-nan-in-loss-and-grad", "--profile", "--profile-step-start", "--profile-step-end",
+      "--norm-epsilon", "--apply-layernorm-1p", "--fp8-amax-history-len",
+      "--fp8-amax-compute-algo", "--fp8-margin", "--rerun-mode", "--check-for-nan-in-loss-and-grad",
+      "--profile", "--profile-step-start", "--profile-step-end",
       "--profile-ranks", "--use-pytorch-profiler", "--nccl-communicator-config-path", "--tp-comm-bootstrap-backend",
       "--enable-experimental", "--defer-embedding-wgrad-compute", "--wgrad-deferral-limit", "--align-grad-reduce",
       "--align-param-gather", "--ddp-bucket-size", "--ddp-average-in-collective", "--mtp-loss-scaling-factor",
       "--mscale", "--mscale-all-dim", "--beta-fast", "--beta-slow", "--original-max-position-embeddings",
-      "--use-precision-aware-optimizer", "--sgd-momentum", "--num-dataset-builder-threads", "--no-mmap-bin-files",
+      "--sgd-momentum", "--num-dataset-builder-threads", "--no-mmap-bin-files",
       "--overlap-p2p-communication", "--no-overlap-p2p-communication", "--use-cpu-initialization",
       "--empty-unused-memory-level", "--cross-entropy-loss-fusion-impl", "--log-straggler", "--no-persist-layer-norm",
       "--hybrid-override-pattern", "--cpu-offloading-activations", "--cpu-offloading-weights",
@@ -1071,6 +1037,7 @@ int launcher_count(const std::string& text, const std::string& what) {
 void read_megatron_rows(const MegatronFlagSet& f, const std::map<std::string, std::string>& env, int script_world_size,
                         MegatronLaunch& l) {
   MegatronReading r{f, l, l.plan, l.plan.parallel, env, script_world_size};
+  l.plan.assumed = kAllRunFields;  // a run setting whose flags are absent takes the implementation's default
   for (const MegatronRow& row : megatron_rows())
     if (row.read) row.read(r);
 }

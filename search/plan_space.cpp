@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "estimator/frameworks.h"
 #include "parallel/chunk_schedule.h"
 
 namespace lcplan {
@@ -34,14 +35,25 @@ PlanSpace default_space(const ModelSpec& m, const Plan& base) {
   s.ep = has_moe(m) ? powers_of_two(std::min(m.moe.num_experts, g)) : std::vector<int>{1};
   s.etp = has_moe(m) ? std::vector<int>{1, 2} : std::vector<int>{1};
   s.micro_batch = base.seq_len >= 32768 ? std::vector<int>{1} : std::vector<int>{1, 2, 4};
+  // The options its framework runs (a name no table row has runs everything, as before frameworks had rows).
+  const Framework* fw = find_framework(base.implementation);
+  const auto runs = [&](bool Capabilities::*c) { return !fw || fw->can.*c; };
   s.ep_chunks = {1};
-  if (has_moe(m))
+  if (has_moe(m) && runs(&Capabilities::chunked_ep))
     for (int n = 2; n <= moe::kMaxChunks; ++n) s.ep_chunks.push_back(n);
   s.recompute_fractions = {1.0, 0.5};
   s.sharding = {OptimizerSharding::DistOpt, OptimizerSharding::Fsdp, OptimizerSharding::None};
   s.recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
-  s.linear_ce = {true, false};
-  s.offload_optimizer = {false, true};
+  s.linear_ce = runs(&Capabilities::linear_ce) ? std::vector<bool>{true, false} : std::vector<bool>{false};
+  // Megatron-LM offloads the optimizer only with the precision-aware optimizer and without fp8 parameters, and runs
+  // the EP overlap without the moe recompute module (frameworks.cpp megatron_requirements).
+  const bool fp8_params = base.fp8.param_gather && base.precision != Precision::BF16;
+  const bool offload = runs(&Capabilities::optimizer_offload) &&
+                       (!fw || !fw->can.offload_needs_precision_aware || (base.optimizer.precision_aware && !fp8_params));
+  s.offload_optimizer = offload ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  const bool overlap = has_moe(m) && fw && fw->can.ep_overlap && !(base.recompute_modules & kRecomputeMoe);
+  s.a2a_overlap = overlap ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  if (base.moe.a2a_overlap) s.a2a_overlap = {true};  // asked for (--a2a-overlap)
   return s;
 }
 
@@ -86,7 +98,8 @@ std::vector<OptionWalk::RecomputeChoice> OptionWalk::recompute_choices(const Pla
 OptionWalk::OptionWalk(const PlanSpace& s)
     : s_(s),
       recompute_(recompute_choices(s)),
-      odo_({s.ep_chunks.size(), s.sharding.size(), s.linear_ce.size(), s.offload_optimizer.size(), recompute_.size()}) {}
+      odo_({s.ep_chunks.size(), s.sharding.size(), s.linear_ce.size(), s.offload_optimizer.size(), recompute_.size(),
+            s.a2a_overlap.size()}) {}
 
 bool OptionWalk::apply(Plan& p, int chunk_layers) const {
   p.moe.ep_chunks = s_.ep_chunks[odo_[0]];
@@ -96,6 +109,7 @@ bool OptionWalk::apply(Plan& p, int chunk_layers) const {
   const RecomputeChoice& rc = recompute_[odo_[4]];
   p.recompute = rc.mode;
   p.recompute_layers = rc.layers;
+  p.moe.a2a_overlap = s_.a2a_overlap[odo_[5]];
   if (rc.fraction >= 0) {
     // Fractions that round to "all" or repeat a count are the same plan.
     const int n = rc.fraction >= 1.0 ? 0 : std::max(1, static_cast<int>(rc.fraction * chunk_layers));
@@ -110,7 +124,7 @@ size_t PlanSpace::size() const {
   for (Recompute r : recompute)
     rec += r == Recompute::Full ? (recompute_layers.empty() ? recompute_fractions.size() : recompute_layers.size()) : 1;
   return tp.size() * pp.size() * vpp.size() * cp.size() * ep.size() * etp.size() * micro_batch.size() *
-         ep_chunks.size() * sharding.size() * rec * linear_ce.size() * offload_optimizer.size();
+         ep_chunks.size() * sharding.size() * rec * linear_ce.size() * offload_optimizer.size() * a2a_overlap.size();
 }
 
 }  // namespace lcplan

@@ -17,11 +17,14 @@ struct PlanSpace {
   std::vector<int> recompute_layers;
   std::vector<double> recompute_fractions;
   std::vector<bool> linear_ce, offload_optimizer;
+  std::vector<bool> a2a_overlap = {false};  // Megatron's cross-microbatch EP overlap (frameworks that run it)
 
   size_t size() const;  // candidate count before any rule is checked
 };
 
-// Every dimension free: powers of two bounded by the model (heads, experts, layers) and the GPU count.
+// Every dimension free: powers of two bounded by the model (heads, experts, layers) and the GPU count, and of the
+// options only what the base plan's framework runs (estimator/frameworks.h): chunked EP for bumblebee and
+// lcplan-exec, the cross-microbatch EP overlap for Megatron, optimizer offload where its requirements hold.
 PlanSpace default_space(const ModelSpec& m, const Plan& base);
 
 // Mixed-radix counter over dimension sizes, last dimension fastest.
@@ -39,8 +42,8 @@ class Odometer {
 };
 
 // The search walks a PlanSpace as two odometers: layouts (tp, pp, vpp, cp, ep, etp, micro_batch) outside, options
-// (ep_chunks, sharding, linear_ce, optimizer offload, recompute with its layers) inside, so that a layout a rule
-// rejects is skipped together with every option it stands for.
+// (ep_chunks, sharding, linear_ce, optimizer offload, recompute with its layers, EP overlap) inside, so that a layout
+// a rule rejects is skipped together with every option it stands for.
 class LayoutWalk {
  public:
   explicit LayoutWalk(const PlanSpace& s);

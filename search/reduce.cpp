@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "estimator/derived_plan.h"
+#include "estimator/frameworks.h"
 #include "models/params.h"
 
 namespace lcplan {
@@ -56,8 +57,10 @@ ReducedRecipe reduce_recipe(const ModelSpec& m, const Plan& base, const Hardware
   p.optimizer_sharding = OptimizerSharding::Fsdp;
   p.recompute = Recompute::Full;
   p.recompute_layers = 0;
-  p.linear_ce = true;
-  p.offload = {};
+  const Framework* framework = find_framework(base.implementation);
+  p.linear_ce = !framework || framework->can.linear_ce;
+  p.offload.optimizer = p.offload.activations = false;
+  p.offload.modules = 0;
 
   // EP by model size.
   if (moe) {
@@ -65,10 +68,20 @@ ReducedRecipe reduce_recipe(const ModelSpec& m, const Plan& base, const Hardware
     int ep = want;
     while (ep > 1 && (m.moe.num_experts % ep != 0 || base.gpus % ep != 0)) ep /= 2;
     p.parallel.ep = ep;
-    p.moe.ep_chunks = rules.ep_chunks;
     out.rationale.push_back(fmt("EP %.0f: the model has %.1fB parameters (rule: EP 8 up to 100B, 32 above)", ep, total / 1e9));
     if (ep != want) out.broken.push_back(fmt("EP rule wanted %.0f but the experts or GPUs only allow %.0f", want, ep));
-    out.rationale.push_back(fmt("chunked EP with %.0f chunks: hides dispatch/combine under expert GEMMs", rules.ep_chunks));
+    // Chunked EP where the framework runs it (estimator/frameworks.h); Megatron-LM's nearest, the cross-microbatch
+    // overlap, does not run with full recompute, so its recipe keeps one chunk and no overlap.
+    const Framework* fw = find_framework(base.implementation);
+    if (!fw || fw->can.chunked_ep) {
+      p.moe.ep_chunks = rules.ep_chunks;
+      out.rationale.push_back(fmt("chunked EP with %.0f chunks: hides dispatch/combine under expert GEMMs", rules.ep_chunks));
+    } else {
+      p.moe.ep_chunks = 1;
+      p.moe.a2a_overlap = false;
+      out.broken.push_back(std::string("chunked EP: ") + fw->name + " does not run it (its cross-microbatch EP overlap does not "
+                           "run with full recompute), so the recipe keeps one chunk");
+    }
   } else {
     p.moe.ep_chunks = 1;
     out.rationale.push_back("EP 1: dense model");

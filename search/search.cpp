@@ -62,9 +62,9 @@ void offer_pareto(std::vector<Candidate>& front, const Candidate& c) {
 
 // One search: the walk over layouts and their options, and what it keeps per layout.
 //
-// Within a layout, the rules read only ep_chunks and the recompute choice of the options (not sharding, the loss or
-// offload), and so does the derived record; its time costs per stage read ep_chunks too. So each recompute choice of
-// a layout keeps its verdict and stage costs per ep_chunks value and one derived record (finished by
+// Within a layout, the rules read only ep_chunks, the EP overlap and the recompute choice of the options (not
+// sharding, the loss or offload), and so does the derived record; its time costs per stage read ep_chunks and the
+// overlap too. So each recompute choice of a layout keeps its verdict and stage costs per MoE options and one derived record (finished by
 // derive_options, which redoes only what the option changed) whose plan pointer is `p_`.
 class Search {
  public:
@@ -80,6 +80,7 @@ class Search {
       // Layout rules do not depend on the options: check them once with neutral options.
       layout.apply(p_);
       p_.moe.ep_chunks = 1;
+      p_.moe.a2a_overlap = false;
       p_.recompute = Recompute::None;
       p_.recompute_layers = 0;
       if (auto v = check_plan(m_, p_)) {
@@ -107,15 +108,18 @@ class Search {
   struct Choice {
     Recompute recompute = Recompute::None;
     int layers = 0;
-    int checked_chunks = 0, costed_chunks = 0;  // the ep_chunks `verdict` and `costs` are for (0: none yet)
+    int checked_moe = 0, costed_moe = 0;  // the moe_options() `verdict` and `costs` are for (0: none yet)
     std::optional<RuleViolation> verdict;
     bool derived = false;
     DerivedPlan d;
     StageCosts costs;
     size_t peaked = 0;                 // where in d.peak_stages the last plan peaked (looked at first)
     std::array<double, 2> ceiling{};   // tokens_per_second_ceiling by linear_ce, for the ep_chunks beside it
-    std::array<int, 2> ceiling_chunks{};
+    std::array<int, 2> ceiling_moe{};
   };
+
+  // The MoE options the rules and time costs read besides the recompute choice: ep_chunks and the EP overlap (> 0).
+  int moe_options() const { return 2 * p_.moe.ep_chunks + (p_.moe.a2a_overlap ? 1 : 0); }
 
   Choice& choice_for() {
     for (Choice& c : choices_)
@@ -139,9 +143,9 @@ class Search {
     ++r_.candidates;
     if (progress_ && (r_.candidates & 1023) == 0) report();
     Choice& choice = choice_for();
-    if (choice.checked_chunks != p_.moe.ep_chunks) {
+    if (choice.checked_moe != moe_options()) {
       choice.verdict = check_plan(m_, p_);
-      choice.checked_chunks = p_.moe.ep_chunks;
+      choice.checked_moe = moe_options();
     }
     if (choice.verdict) {
       ++r_.rejects[static_cast<int>(choice.verdict->rule)];
@@ -199,15 +203,15 @@ class Search {
   // the memory objective can need its exact rate.
   void rank(Choice& choice, double peak) {
     const DerivedPlan& d = choice.d;
-    const int chunks = p_.moe.ep_chunks, lce = p_.linear_ce ? 1 : 0;
-    if (choice.costed_chunks != chunks) {
-      if (!moe_timed_[chunks]) moe_time_[chunks] = moe_layer_time(d, hw_, cal_), moe_timed_[chunks] = 1;
-      choice.costs = stage_costs(d, hw_, cal_, moe_time_[chunks]);
-      choice.costed_chunks = chunks;
+    const int moe = moe_options(), lce = p_.linear_ce ? 1 : 0;
+    if (choice.costed_moe != moe) {
+      if (!moe_timed_[moe]) moe_time_[moe] = moe_layer_time(d, hw_, cal_), moe_timed_[moe] = 1;
+      choice.costs = stage_costs(d, hw_, cal_, moe_time_[moe]);
+      choice.costed_moe = moe;
     }
-    if (choice.ceiling_chunks[lce] != chunks) {
+    if (choice.ceiling_moe[lce] != moe) {
       choice.ceiling[lce] = tokens_per_second_ceiling(d, cal_, choice.costs, p_.linear_ce);
-      choice.ceiling_chunks[lce] = chunks;
+      choice.ceiling_moe[lce] = moe;
     }
     const Score best_case{choice.ceiling[lce], peak};
     const bool floored = opt_.objective == Objective::Memory && opt_.throughput_floor > 0;
@@ -240,8 +244,9 @@ class Search {
   std::vector<Choice> choices_;
   DerivedPlan layout_record_;  // the layout's part of the derived records (derive_layout), made on first use
   bool layout_derived_ = false, any_layout_ = false;
-  std::array<MoeLayerTime, moe::kMaxChunks + 1> moe_time_;  // the layout's MoE layer per ep_chunks, for every choice
-  std::array<char, moe::kMaxChunks + 1> moe_timed_{};
+  // The layout's MoE layer per moe_options(), for every choice.
+  std::array<MoeLayerTime, 2 * (moe::kMaxChunks + 1)> moe_time_;
+  std::array<char, 2 * (moe::kMaxChunks + 1)> moe_timed_{};
 };
 
 }  // namespace

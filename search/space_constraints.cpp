@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "common/user_error.h"
+#include "estimator/frameworks.h"
 #include "estimator/plan_rules.h"
 
 namespace lcplan {
@@ -128,6 +129,30 @@ void check_pins(const ModelSpec& m, const Plan& base, const SpaceConstraints& c,
   }
 }
 
+// A pinned option its framework does not run (estimator/frameworks.h), checked alone: "--ep-chunks 2 cannot work:
+// moe.ep_chunks = 2 (chunked EP) is not something megatron runs (run by bumblebee, lcplan-exec)".
+void check_framework_pins(const ModelSpec& m, const Plan& base, const SpaceConstraints& c, Naming naming) {
+  const auto fail = [&](const char* key, const std::string& value, const Plan& probe) {
+    if (const std::string e = framework_support_error(m, probe); !e.empty())
+      throw UserError((naming == Naming::Flags ? "--" : "") + std::string(key) + " " + value + " cannot work: " + e);
+  };
+  for (int v : c.ep_chunks.value_or(std::vector<int>{})) {
+    Plan probe = base;
+    probe.moe.ep_chunks = v;
+    fail(naming == Naming::Flags ? "ep-chunks" : "ep_chunks", std::to_string(v), probe);
+  }
+  for (bool v : c.linear_ce.value_or(std::vector<bool>{})) {
+    Plan probe = base;
+    probe.linear_ce = v;
+    fail(naming == Naming::Flags ? "linear-ce" : "linear_ce", v ? "true" : "false", probe);
+  }
+  for (bool v : c.offload_optimizer.value_or(std::vector<bool>{})) {
+    Plan probe = base;
+    probe.offload.optimizer = v;
+    fail(naming == Naming::Flags ? "offload-optimizer" : "offload_optimizer", v ? "true" : "false", probe);
+  }
+}
+
 // A given dimension: its values replace the default ones, and the base plan takes the first.
 template <typename T>
 void restrict_to(const std::optional<std::vector<T>>& given, T& base_field, std::vector<T>& space_values) {
@@ -156,6 +181,7 @@ PlanSpace search_space(const ModelSpec& m, Plan& base, const SpaceConstraints& c
   restrict_to(c.linear_ce, base.linear_ce, s.linear_ce);
   restrict_to(c.offload_optimizer, base.offload.optimizer, s.offload_optimizer);
   check_pins(m, base, c, naming);
+  check_framework_pins(m, base, c, naming);
   return s;
 }
 

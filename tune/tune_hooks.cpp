@@ -10,6 +10,8 @@
 #include "calibrate/measurement.h"
 #include "common/json_file.h"
 #include "estimator/derived_plan.h"
+#include "estimator/estimate.h"
+#include "estimator/frameworks.h"
 #include "common/user_error.h"
 #include "search/emit.h"
 #include "search/megatron_args.h"
@@ -66,6 +68,51 @@ TuneRun run_one(const TuneSetup& s, const RankedPlan& rp, int index) {
   return run;
 }
 
+// A template that passes the plan only as Megatron flags (no {plan}) runs what those flags say.
+bool launches_megatron_flags(const std::string& t) {
+  return t.find("{plan}") == std::string::npos &&
+         (t.find("{megatron_flags}") != std::string::npos || t.find("{flags}") != std::string::npos);
+}
+
+// The top-level recipe keys whose values differ between two plans ("moe, recompute_layers").
+std::string differing_keys(const Plan& a, const Plan& b) {
+  const nlohmann::json ja = plan_to_json(a), jb = plan_to_json(b);
+  std::string keys;
+  for (const auto& [k, v] : ja.items())
+    if (!jb.contains(k) || jb.at(k) != v) keys += (keys.empty() ? "" : ", ") + k;
+  for (const auto& [k, v] : jb.items())
+    if (!ja.contains(k)) keys += (keys.empty() ? "" : ", ") + k;
+  return keys;
+}
+
+// The ranked plans as their launches run them: under a Megatron launch template each plan is what its emitted flags
+// read back as (fields Megatron has no flag for keep the plan's: hardware, NVLink domain, implementation, model name,
+// and its run settings left to the implementation resolve as the flags' absence means). Two plans whose launches are
+// identical are one run: the later is dropped with a line saying which fields told them apart.
+std::vector<RankedPlan> as_launched(const TuneSetup& s, const Calibration& cal, const std::vector<Candidate>& top) {
+  std::vector<RankedPlan> out;
+  const bool megatron = launches_megatron_flags(s.launch_template);
+  for (const Candidate& c : top) {
+    RankedPlan rp{c.plan, plan_key(c.plan), c.estimate.time.step_seconds, c.estimate.memory.peak_bytes};
+    if (megatron) {
+      Plan p = finish_megatron_plan(parse_megatron_args(megatron_flags_line(c.plan, s.model)), s.model, c.plan.gpus);
+      p.model = c.plan.model, p.hardware = c.plan.hardware, p.gpus_per_node = c.plan.gpus_per_node;
+      p.implementation = c.plan.implementation;
+      resolve_run_defaults(p, s.model, cal);
+      const Estimate e = estimate(s.model, p, s.hardware, cal);
+      rp = {p, plan_key(p), e.time.step_seconds, e.memory.peak_bytes};
+    }
+    const auto same = std::find_if(out.begin(), out.end(), [&](const RankedPlan& o) { return o.key == rp.key; });
+    if (same == out.end()) {
+      out.push_back(std::move(rp));
+    } else if (s.say) {
+      s.say("  " + plan_label(c.plan) + " launches as " + plan_label(same->plan) + " (they differ only in " +
+            differing_keys(c.plan, same->plan) + ", which the launch does not carry): running one");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string megatron_flags_line(const Plan& p, const ModelSpec& m) {
@@ -107,10 +154,7 @@ TuneHooks make_tune_hooks(const TuneSetup& s) {
     opt.admit = [&](const Plan& p) { return (!s.runnable || s.runnable(p)) && (skip.empty() || !skip.count(plan_key(p))); };
     const SearchResult r = search_plans(s.model, s.base, s.space, s.hardware, cal, opt);
     if (r.top.empty()) throw UserError(explain_infeasible(r, s.hardware, opt));
-    std::vector<RankedPlan> out;
-    for (const Candidate& c : r.top)
-      out.push_back({c.plan, plan_key(c.plan), c.estimate.time.step_seconds, c.estimate.memory.peak_bytes});
-    return out;
+    return as_launched(s, cal, r.top);
   };
   h.run = [&s](const RankedPlan& rp, int index) { return run_one(s, rp, index); };
   h.predict = [case_of](const Measurement& m, const Calibration& cal) {

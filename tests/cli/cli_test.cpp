@@ -201,6 +201,16 @@ std::vector<Bad> bad_invocations() {
       {"bad recompute", est({"--recompute", "partial"}), {"partial"}},
       {"bad routing imbalance", est({"--routing-imbalance", "lots"}), {"lots"}},
       {"routing imbalance below 1", est({"--routing-imbalance", "0.5"}), {"routing_imbalance"}},
+      {"unknown recompute module", est({"--recompute", "selective", "--recompute-modules", "core_attn,attention"}),
+       {"\"attention\"", "core_attn, layernorm"}},
+      {"dispatcher the framework lacks", est({"--ep", "8", "--dispatcher", "deepep", "--implementation", "lcplan-exec"}),
+       {"deepep", "lcplan-exec", "megatron"}},
+      {"CUDA graphs with layer offloading", est({"--cuda-graphs", "transformer_engine", "--offload-activations", "--ep", "8",
+                                                  "--capacity-factor", "1", "--pad-to-capacity", "on"}),
+       {"cuda_graphs", "offload.activations"}},
+      {"CUDA graphs capturing a dropless MoE layer", est({"--cuda-graphs", "full_iteration"}), {"full_iteration", "dropless"}},
+      {"unknown CUDA graph module", est({"--cuda-graphs", "local", "--cuda-graph-modules", "router"}), {"\"router\"", "moe_router"}},
+      {"switch neither on nor off", est({"--dp-overlap", "maybe"}), {"--dp-overlap", "maybe", "on, off"}},
       {"unknown model", {"estimate", "--model", "qwen3.5", "--gpus", "32", "--seq", "128k"}, {"qwen3.5", "qwen3.5-35b-a3b"}},
       {"unknown hardware", est({"--hardware", "h1000"}), {"h1000"}},
       {"hardware name too long for a file name", est({"--hardware", std::string(300, 'h')}), {"hardware", "too long"}},
@@ -547,6 +557,11 @@ TEST(GoodInvocation, EstimateAndSearchAssumeTheSameBatchAndSayWhichInTheirHeader
   est.insert(est.end(), {"--ep-chunks", std::to_string(p.at("moe").at("ep_chunks").get<int>()), "--recompute",
                          p.at("recompute").get<std::string>(), "--optimizer-sharding", p.at("optimizer_sharding").get<std::string>(),
                          p.at("linear_ce").get<bool>() ? "--linear-ce" : "--no-linear-ce"});
+  // The performance switches a search sets where the plan leaves them (README "Frameworks"), as the plan states them.
+  const auto on_off = [](const nlohmann::json& v) { return std::string(v.get<bool>() ? "on" : "off"); };
+  est.insert(est.end(), {"--dp-overlap", on_off(p.at("comm").at("overlap_grad_reduce")), "--tp-overlap",
+                         on_off(p.at("comm").at("tp_overlap")), "--permute-fusion", on_off(p.at("moe").at("permute_fusion"))});
+  if (p.at("moe").value("a2a_overlap", false)) est.push_back("--a2a-overlap");
   if (p.at("offload").at("optimizer").get<bool>()) est.push_back("--offload-optimizer");
   const Outcome e = run_lcplan(est);
   ASSERT_EQ(e.status, 0) << e.err;
@@ -554,8 +569,7 @@ TEST(GoodInvocation, EstimateAndSearchAssumeTheSameBatchAndSayWhichInTheirHeader
   EXPECT_EQ(rec.at("plan").at("global_batch"), p.at("global_batch"));
   EXPECT_NEAR(rec.at("time").at("tflops_per_gpu").get<double>(), top.at("time").at("tflops_per_gpu").get<double>(), 1e-9);
   const std::string header = "qwen3.5-35b-a3b on 32 x h100-sxm-80gb, seq 131072, global batch 32 (the default: one sequence per GPU)";
-  est.pop_back();  // the table, not --json (the last flag may be --offload-optimizer)
-  est.erase(std::find(est.begin(), est.end(), "--json"));
+  est.erase(std::find(est.begin(), est.end(), "--json"));  // the table
   const Outcome et = run_lcplan(est);
   const Outcome st = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k"});
   EXPECT_EQ(et.out.rfind(header, 0), 0u) << et.out.substr(0, 300);

@@ -3,6 +3,8 @@
 
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
+#include "estimator/memory_model.h"
+#include "estimator/plan.h"
 #include "models/model_spec.h"
 
 namespace lcplan::testing {
@@ -40,8 +42,20 @@ inline Calibration bare_calibration() {
   c.logits_bytes_per_element = 4;
   c.linear_ce_vocab_tile = 100;
   c.fsdp_prefetch_units = 1;
-  c.main_grad_bytes = 4;
   return c;
 }
+
+// The toy on 2 GPUs (dp 2) at 128 tokens under the distributed optimizer: the counts of memory_terms_test.cpp.
+inline Plan toy_plan() {
+  Plan p;
+  p.model = "toy";
+  p.gpus = 2;
+  p.seq_len = 128;
+  p.optimizer_sharding = OptimizerSharding::DistOpt;
+  return p;
+}
+
+// A stage's breakdown at its peak.
+inline const MemoryBreakdown& at(const MemoryEstimate& e, int stage) { return e.stages.at(stage).breakdown; }
 
 }  // namespace lcplan::testing

@@ -22,21 +22,9 @@ using namespace lcplan;
 using lcplan::testing::bare_calibration;
 using lcplan::testing::toy_hardware;
 using lcplan::testing::toy_model;
+using lcplan::testing::toy_plan;
+using lcplan::testing::at;
 
-namespace {
-
-Plan toy_plan() {
-  Plan p;
-  p.model = "toy";
-  p.gpus = 2;
-  p.seq_len = 128;
-  p.optimizer_sharding = OptimizerSharding::DistOpt;
-  return p;
-}
-
-const MemoryBreakdown& at(const MemoryEstimate& e, int stage) { return e.stages.at(stage).breakdown; }
-
-}  // namespace
 
 TEST(MemoryTerms, ParameterCountsByHand) {
   const ParamCounts c = count_params(toy_model());

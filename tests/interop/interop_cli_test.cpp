@@ -67,8 +67,9 @@ TEST(InteropCli, EstimateMegatronScriptEqualsEstimatePlan) {
 }
 
 TEST(InteropCli, LcplanFlagsOverrideTheLaunch) {
+  // Chunked EP is bumblebee's (and lcplan-exec's): the implementation flag overrides the launch's too.
   const Outcome a = run_lcplan({"estimate", "--model", "qwen3.5-35b-a3b", "--megatron-args", kLaunch, "--cp", "8",
-                                "--no-linear-ce", "--ep-chunks", "2", "--json"});
+                                "--no-linear-ce", "--ep-chunks", "2", "--implementation", "bumblebee", "--json"});
   ASSERT_EQ(a.status, 0) << a.err;
   const auto plan = nlohmann::json::parse(a.out).at("plan");
   EXPECT_EQ(plan.at("parallel").at("cp"), 8);

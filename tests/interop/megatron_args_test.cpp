@@ -235,16 +235,28 @@ TEST(Flags, WorldSizeFromTheLauncher) {
 }
 
 TEST(Flags, ApproximationsAreNotedOnce) {
+  // What lcplan still reads approximately: a per-layer CP type, a recompute module it does not model, a legacy
+  // dispatcher, fp16 as bf16 (and a flag given twice).
   const MegatronLaunch l = parse_megatron_args(
-      "--context-parallel-size 2 --cp-comm-type a2a --recompute-granularity full --recompute-method uniform "
-      "--recompute-num-layers 2 --moe-expert-capacity-factor 1.0 --fp16 --seq-length 4096 --seq-length 8192");
+      "--context-parallel-size 2 --cp-comm-type a2a p2p --recompute-granularity selective --recompute-modules core_attn "
+      "gdn_norm_out --moe-token-dispatcher-type alltoall_seq --fp16 --seq-length 4096 --seq-length 8192");
   ASSERT_EQ(l.notes.size(), 5u);
   EXPECT_NE(l.notes[0].find("--seq-length is given twice"), std::string::npos) << l.notes[0];
   EXPECT_EQ(l.plan.seq_len, 8192);  // argparse: the last one wins
   std::string all;
   for (const auto& n : l.notes) all += n + "\n";
-  for (const char* flag : {"--cp-comm-type a2a", "--recompute-num-layers 2", "--moe-pad-expert-input-to-capacity", "--fp16"})
+  for (const char* flag : {"--cp-comm-type per layer (a2a p2p)", "--recompute-modules gdn_norm_out", "alltoall_seq", "--fp16"})
     EXPECT_NE(all.find(flag), std::string::npos) << all;
+  // What used to be read approximately is a plan field now, read without a note: the CP type, uniform recompute of
+  // groups of layers, capacity without padding.
+  const MegatronLaunch exact = parse_megatron_args(
+      "--context-parallel-size 2 --cp-comm-type a2a --recompute-granularity full --recompute-method uniform "
+      "--recompute-num-layers 2 --moe-expert-capacity-factor 1.0 --bf16 --seq-length 4096");
+  EXPECT_TRUE(exact.notes.empty()) << exact.notes.front();
+  EXPECT_EQ(exact.plan.comm.cp, CpComm::A2A);
+  EXPECT_EQ(exact.plan.recompute_method, RecomputeMethod::Uniform);
+  EXPECT_EQ(exact.plan.recompute_layers, 2);
+  EXPECT_FALSE(exact.plan.moe.pad_to_capacity);
 }
 
 TEST(Flags, UnknownFlagsAreListedOnceInOrder) {
@@ -466,7 +478,8 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
       {"FSDP + CP + EP, full recompute, linear CE, chunked EP", "qwen3-30b-a3b", [](Plan& p) {
          p = base_plan(p.model, 32, 131072);
          p.parallel.cp = 4, p.parallel.ep = 8, p.optimizer_sharding = OptimizerSharding::Fsdp, p.recompute = Recompute::Full;
-         p.linear_ce = true, p.moe.ep_chunks = 2, p.global_batch = 16, p.moe.a2a_overlap = true;
+         // (no cross-microbatch EP overlap: Megatron refuses it with full recompute, a plan rule now)
+         p.linear_ce = true, p.moe.ep_chunks = 2, p.global_batch = 16;
        }},
       {"DeepEP dispatch, all-to-all overlap, no MTP on a model with MTP", "deepseek-v3", [](Plan& p) {
          p = base_plan(p.model, 256, 4096);

@@ -85,7 +85,8 @@ class Search(unittest.TestCase):
 
     def test_pins_of_every_kind(self):
         got = lcplan.search(model="qwen3.5-35b-a3b", gpus=32, seq=131072, ep=8, cp=4, optimizer_sharding="fsdp",
-                            recompute=["full"], linear_ce=True, ep_chunks=[1, 2], top=3, headroom=2.5)
+                            recompute=["full"], linear_ce=True, ep_chunks=[1, 2], top=3, headroom=2.5,
+                            implementation="bumblebee")  # chunked EP is bumblebee's and lcplan-exec's
         self.assertEqual(len(got["top"]), 3)
         for c in got["top"]:
             p = c["plan"]

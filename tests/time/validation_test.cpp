@@ -94,6 +94,22 @@ TEST_F(Fixture, TuningPathWithinElevenPercentAndPeaksOfFourRows) {
   EXPECT_LT(pred[3], pred[4]);
 }
 
+// The four long-context rows (Qwen3-235B-A22B, 256 H100, CP 1-8 at 16K-128K): measured TFLOPs/GPU rise with the
+// sequence as attention's share grows, and so must the prediction; each row's error is printed.
+TEST_F(Fixture, LongContextRowsRiseWithSequenceAsMeasured) {
+  std::vector<double> pred, meas;
+  for (const MeasuredCase& c : cases("megatron-moe-long-context-h100-runs.json")) {
+    const double tf = predict(c, Quantity::TflopsPerGpu, profile);
+    std::printf("%-10s seq %6lld cp %d TFLOP/s/GPU measured %6.1f predicted %6.1f (%+.1f%%)\n", c.meas.id.c_str(),
+                (long long)c.meas.plan.seq_len, c.meas.plan.parallel.cp, *c.meas.tflops_per_gpu, tf,
+                100 * (tf / *c.meas.tflops_per_gpu - 1));
+    pred.push_back(tf);
+    meas.push_back(*c.meas.tflops_per_gpu);
+  }
+  ASSERT_EQ(pred.size(), 4u);
+  for (size_t i = 1; i < pred.size(); ++i) EXPECT_GT(pred[i], pred[i - 1]) << "row " << i;
+}
+
 // Every group (model, hardware, context band) against data/validation/recorded-errors.json: neither its in-sample nor
 // its left-out error grows more than 2 points beyond the record (scripts/record_validation.py writes both the record
 // and README's table, which must agree with it).
@@ -123,7 +139,8 @@ void expect_groups_hold_their_record(const ValidationReport& r) {
 TEST_F(Fixture, EveryVisibleRowIsAnsweredAndTheErrorsHold) {
   std::vector<Measurement> not_modelled;
   std::vector<MeasuredCase> all;
-  for (const char* f : {"megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json"}) {
+  for (const char* f : {"megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json",
+                        "megatron-moe-long-context-h100-runs.json"}) {
     auto c = cases(f, &not_modelled);
     all.insert(all.end(), c.begin(), c.end());
   }

@@ -1,0 +1,334 @@
+// The run settings' physics (estimator/run_settings.h, estimator/run_physics.h), each against a number its public
+// source gives: byte counts on the toy model (tests/common/toy_model.h, counted by hand in memory_terms_test.cpp),
+// time effects on zoo models under the default profile.
+#include <gtest/gtest.h>
+
+#include "common/data_dir.h"
+#include "estimator/estimate.h"
+#include "estimator/frameworks.h"
+#include "estimator/plan_rules.h"
+#include "estimator/run_physics.h"
+#include "models/zoo.h"
+#include "tests/common/toy_model.h"
+
+using namespace lcplan;
+using lcplan::testing::bare_calibration;
+using lcplan::testing::toy_hardware;
+using lcplan::testing::toy_model;
+using lcplan::testing::toy_plan;
+using lcplan::testing::at;
+
+namespace {
+
+
+struct Zoo : ::testing::Test {
+  Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
+  Calibration profile = load_calibration("default", data_dir());
+  Calibration cal(const Plan& p) const { return calibration_for(profile, hw.name, p.implementation); }
+  TimeEstimate time(const ModelSpec& m, const Plan& p) const {
+    EXPECT_FALSE(check_plan(m, p)) << check_plan(m, p)->message;
+    return estimate_time(m, p, hw, cal(p));
+  }
+  MemoryEstimate memory(const ModelSpec& m, const Plan& p) const { return estimate_memory(m, p, hw, cal(p)); }
+};
+
+Plan plan_for(const std::string& model, int gpus, int64_t seq) {
+  Plan p;
+  p.model = model;
+  p.gpus = gpus;
+  p.seq_len = seq;
+  return p;
+}
+
+}  // namespace
+
+// Megatron-LM param_and_grad_buffer.py: the grad buffer is fp32 with grad_reduce_in_fp32, else the parameters' bf16.
+TEST(RunSettings, Bf16GradientReductionHalvesTheGradientBuffer) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  const MemoryEstimate fp32 = estimate_memory(m, p, toy_hardware(), bare_calibration());
+  p.optimizer.grad = Dtype::BF16;
+  const MemoryEstimate bf16 = estimate_memory(m, p, toy_hardware(), bare_calibration());
+  EXPECT_DOUBLE_EQ(at(fp32, 0).grads, 4 * 202304.0);
+  EXPECT_DOUBLE_EQ(at(bf16, 0).grads, 2 * 202304.0);
+  EXPECT_DOUBLE_EQ(at(bf16, 0).params, at(fp32, 0).params);
+}
+
+// Megatron-LM docs/user-guide/features/dist_optimizer.md: bf16 parameters with fp32 gradients take 6 + 12/d bytes per
+// parameter under the distributed optimizer (d = data-parallel size).
+TEST(RunSettings, DistributedOptimizerBytesPerParameter) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), bare_calibration());
+  const MemoryBreakdown& b = at(e, 0);
+  EXPECT_DOUBLE_EQ(b.params + b.grads + b.optimizer, (6 + 12.0 / 2) * 202304);
+}
+
+// Megatron-LM MoE README: bf16 optimizer states reduce optimizer memory by 50% (DeepSeek-V3's precision-aware
+// optimizer: bf16 moments, the fp32 master stored as an int16 remainder beside the bf16 weight).
+TEST(RunSettings, PrecisionAwareOptimizerHalvesOptimizerMemory) {
+  Plan p = toy_plan();
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_param(p), 12);
+  p.optimizer = {Dtype::FP32, Dtype::FP32, Dtype::BF16, Dtype::BF16, true};
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_param(p), 6);
+  // No remainder with the tensorwise fp8 recipe (distrib_optimizer.py: no fp8, or the delayed recipe).
+  p.precision = Precision::FP8;
+  p.fp8.recipe = Fp8Recipe::Tensorwise;
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_param(p), 8);
+  p.fp8.recipe = Fp8Recipe::Delayed;
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_param(p), 6);
+  // fp8 moments (--exp-avg-dtype fp8): one byte each.
+  p.optimizer.exp_avg = p.optimizer.exp_avg_sq = Dtype::FP8;
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_param(p), 4);
+  // Other dtypes need the precision-aware optimizer (optimizer_config.py).
+  p.optimizer.precision_aware = false;
+  EXPECT_EQ(check_plan(toy_model(), p)->rule, Rule::RunSettings);
+}
+
+// Megatron-Bridge docs/training/cpu-offloading.md: on Qwen3-30B-A3B with TP 2, PP 2, EP 4 each 25% of
+// --optimizer-offload-fraction saves the same 3.8 GB (15.3 GB at 100%): the saving is linear in the fraction.
+TEST_F(Zoo, OptimizerOffloadFractionSavesItsShareOfTheState) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = plan_for("qwen3-30b-a3b", 16, 4096);
+  p.parallel = {2, 2, 1, 1, 4, 1};
+  p.optimizer.precision_aware = true;
+  const double full = memory(m, p).stages[0].breakdown.optimizer;
+  p.offload.optimizer = true;
+  double prev = full;
+  for (double f : {0.25, 0.5, 0.75, 1.0}) {
+    p.offload.optimizer_fraction = f;
+    const double left = memory(m, p).stages[0].breakdown.optimizer;
+    EXPECT_NEAR(prev - left, full / 4, 1e-6 * full) << f;
+    prev = left;
+  }
+  EXPECT_DOUBLE_EQ(prev, 0);
+  // The state of this layout is of the measurement's size: 15.3 GB at 100% within 25% (the run's GPU count is not
+  // stated; 16 GPUs is the smallest that holds EP 4 with TP 2 and PP 2).
+  EXPECT_NEAR(full / 1e9, 15.3, 0.25 * 15.3);
+}
+
+// CUDA graphs replay their kernels without host launches (Megatron-Bridge docs/training/cuda-graphs.md): a full
+// iteration graph removes the per-kernel launch term; attention graphs remove the attention part of it.
+TEST_F(Zoo, FullIterationGraphsRemoveTheLaunchTerm) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = plan_for("qwen3-30b-a3b", 8, 4096);
+  p.parallel.ep = 8;
+  p.moe.capacity_factor = 1.0;  // a MoE layer is capturable with padded token dropping only
+  const TimeEstimate eager = time(m, p);
+  EXPECT_GT(eager.breakdown.launch_overhead, 0);
+  p.cuda_graphs = {GraphImpl::TransformerEngine, kGraphAttn | kGraphMoeRouter | kGraphMoePreprocess};
+  const TimeEstimate attn = time(m, p);
+  EXPECT_LT(attn.breakdown.launch_overhead, eager.breakdown.launch_overhead);
+  p.cuda_graphs = {GraphImpl::FullIteration, 0};
+  const TimeEstimate full = time(m, p);
+  EXPECT_EQ(full.breakdown.launch_overhead, 0);
+  EXPECT_LT(full.step_seconds, eager.step_seconds);
+  // Static input buffers stay resident: one hidden-sized input per captured module and layer.
+  const double eager_ws = memory(m, plan_for("qwen3-30b-a3b", 8, 4096)).stages[0].breakdown.workspace;
+  EXPECT_GT(memory(m, p).stages[0].breakdown.workspace, eager_ws);
+}
+
+TEST(RunSettings, GraphStaticBuffersByLayerAndCapture) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  p.cuda_graphs = {GraphImpl::TransformerEngine, kGraphAttn};
+  const Calibration cal = bare_calibration();
+  const double base = at(estimate_memory(m, toy_plan(), toy_hardware(), cal), 0).workspace;
+  // pp 1 without EP overlap: one microbatch captured; attn is one module of each of the two layers, 128 x 64 bf16.
+  EXPECT_DOUBLE_EQ(at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace - base, 2 * 128 * 64 * 2.0);
+  p.cuda_graphs.modules = kGraphAttn | kGraphMlp;
+  EXPECT_DOUBLE_EQ(at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace - base, 2 * 2 * 128 * 64 * 2.0);
+}
+
+// Selective recompute modules (transformer_config.py recompute_modules) drop exactly their tensors: the toy's dense
+// layer keeps 16,384 (input) + 67,584 (attention with its norm) + 114,688 (FFN with its norm) = 198,656 bytes.
+TEST(RunSettings, RecomputeModulesDropTheirTensors) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  p.recompute = Recompute::Selective;
+  const LayerSpec dense = m.layers[0], moe = m.layers[1];
+  auto saved = [&](uint16_t mods, const LayerSpec& l) {
+    p.recompute_modules = mods;
+    return layer_activation(m, p, l, false).saved;
+  };
+  const double full = layer_activation(m, p, dense, false).full;
+  EXPECT_DOUBLE_EQ(full, 198656);
+  EXPECT_DOUBLE_EQ(saved(kRecomputeCoreAttn, dense), full - 2048);             // the log-sum-exp
+  EXPECT_DOUBLE_EQ(saved(kRecomputeLayernorm, dense), full - 2 * 16384);       // both norm outputs
+  EXPECT_DOUBLE_EQ(saved(kRecomputeMlp, dense), full - 65536 - 32768);         // fc1 and activation outputs
+  EXPECT_DOUBLE_EQ(saved(kRecomputeMoeAct, dense), full - 32768);              // the activation output
+  const double moe_full = layer_activation(m, p, moe, false).full;
+  // The MoE layer: router 4,096, dispatched 32,768, expert output 32,768, fc1 32,768, activation 16,384.
+  EXPECT_DOUBLE_EQ(saved(kRecomputeMoe, moe), moe_full - 4096 - 32768 - 32768 - 32768 - 16384);
+  EXPECT_DOUBLE_EQ(saved(kLegacySelectiveModules, dense), full - 2048 - 2 * 16384 - 32768);
+  // Full recompute, uniform method: one checkpoint (the layer input, 16,384) per recompute_layers layers.
+  p.recompute = Recompute::Full;
+  p.recompute_method = RecomputeMethod::Uniform;
+  p.recompute_layers = 2;
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, dense, true).saved, 16384.0 / 2);
+}
+
+// Fine-grained offloading moves each listed module's input to the host (fine_grained_activation_offloading.md).
+TEST(RunSettings, OffloadModulesMoveTheirInputs) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  const LayerActivation kept = layer_activation(m, p, m.layers[0], false);
+  p.offload.modules = kOffloadCoreAttn | kOffloadAttnProj;
+  const LayerActivation off = layer_activation(m, p, m.layers[0], false);
+  EXPECT_DOUBLE_EQ(off.offloaded, 32768 + 16384);  // q, k, v and the attention output
+  EXPECT_DOUBLE_EQ(off.saved, kept.saved - off.offloaded);
+  EXPECT_DOUBLE_EQ(off.full, kept.full);
+  p.offload.modules = kOffloadAttnProj;  // needs core_attn
+  EXPECT_EQ(check_plan(m, p)->rule, Rule::RunSettings);
+}
+
+// --moe-router-dtype: the router's logits and probabilities in fp32 (4,096 bytes on the toy) or the model's bf16.
+TEST(RunSettings, RouterDtypeSizesTheRouterTensors) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  const double fp32 = layer_activation(m, p, m.layers[1], false).full;
+  p.moe.router_dtype = Dtype::BF16;
+  EXPECT_DOUBLE_EQ(fp32 - layer_activation(m, p, m.layers[1], false).full, 2048);
+}
+
+// --moe-pad-expert-input-to-capacity: padded experts hold the capacity; unpadded ones what routing sends, up to it.
+TEST(RunSettings, CapacityWithAndWithoutPadding) {
+  Plan p = toy_plan();
+  p.moe.routing_imbalance = 1.2;
+  p.moe.capacity_factor = 1.5;
+  EXPECT_DOUBLE_EQ(routed_load_factor(p), 1.5);
+  p.moe.pad_to_capacity = false;
+  EXPECT_DOUBLE_EQ(routed_load_factor(p), 1.2);
+  p.moe.routing_imbalance = 2;
+  EXPECT_DOUBLE_EQ(routed_load_factor(p), 1.5);
+}
+
+// Megatron-LM MoE README "FP8 Training": fp8 parameters keep no bf16 copy and are all-gathered in fp8, half of bf16.
+TEST(RunSettings, Fp8ParamGatherKeepsWeightsInFp8) {
+  Calibration cal = bare_calibration();
+  cal.low_precision_weight_bytes = 1;
+  Plan p = toy_plan();
+  p.precision = Precision::FP8;
+  EXPECT_DOUBLE_EQ(param_bytes_per_param(p, cal), 3);
+  EXPECT_DOUBLE_EQ(param_gather_bytes_per_param(p), 2);
+  p.fp8.param_gather = true;
+  EXPECT_DOUBLE_EQ(param_bytes_per_param(p, cal), 2);
+  EXPECT_DOUBLE_EQ(param_gather_bytes_per_param(p), 1);
+  p.precision = Precision::MXFP8;  // gathered in bf16
+  EXPECT_DOUBLE_EQ(param_gather_bytes_per_param(p), 2);
+  p.precision = Precision::FP8;
+  p.optimizer_sharding = OptimizerSharding::None;  // Megatron needs sharded parameters for it
+  EXPECT_DOUBLE_EQ(param_bytes_per_param(p, cal), 3);
+}
+
+// Dispatchers: DeepEP / HybridEP hold their NVLink and RDMA buffers (fused_a2a.py); the allgather dispatcher gathers
+// the EP group's tokens.
+TEST(RunSettings, DispatcherBuffers) {
+  const ModelSpec m = toy_model();
+  Calibration cal = bare_calibration();
+  cal.dispatcher_buffer_bytes = 1e9;
+  Plan p = toy_plan();
+  p.parallel.ep = 2;
+  const MemoryEstimate a2a = estimate_memory(m, p, toy_hardware(), cal);
+  p.moe.dispatcher = MoeDispatcher::DeepEP;
+  EXPECT_DOUBLE_EQ(at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace - at(a2a, 0).workspace, 1e9);
+  p.moe.dispatcher = MoeDispatcher::HybridEP;
+  EXPECT_DOUBLE_EQ(at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace - at(a2a, 0).workspace, 1e9);
+  p.moe.dispatcher = MoeDispatcher::AllGather;
+  const MemoryEstimate ag = estimate_memory(m, p, toy_hardware(), cal);
+  EXPECT_DOUBLE_EQ(ag.stages[0].terms.moe_buffers - a2a.stages[0].terms.moe_buffers, 2 * 2 * 128 * 2 * 64.0);
+}
+
+// TE userbuffers of [seq x mbs / cp, hidden] (Megatron-LM initialize.py) under --tp-comm-overlap.
+TEST(RunSettings, TpOverlapBuffers) {
+  const ModelSpec m = toy_model();
+  Calibration cal = bare_calibration();
+  cal.tp_overlap_buffers = 8;
+  Plan p = toy_plan();
+  p.parallel.tp = 2;
+  const double base = at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace;
+  p.comm.tp_overlap = true;
+  EXPECT_DOUBLE_EQ(at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace - base, 8 * 128 * 64 * 2.0);
+  p.implementation = "bumblebee";  // a framework without userbuffers
+  EXPECT_DOUBLE_EQ(at(estimate_memory(m, p, toy_hardware(), cal), 0).workspace, base);
+}
+
+// The time effects of the switches, each in the direction its source gives.
+TEST_F(Zoo, SwitchesMoveTimeAsTheirSourcesSay) {
+  const ModelSpec llama = load_model("llama-3.1-70b", data_dir());
+  Plan p = plan_for("llama-3.1-70b", 64, 8192);
+  p.parallel = {4, 2, 1, 2, 1, 1};
+  p.global_batch = 64;
+  // bf16 gradients halve the DP reduce-scatter bytes; without overlap it is exposed.
+  p.comm.overlap_grad_reduce = p.comm.overlap_param_gather = false;
+  const double fp32 = time(llama, p).breakdown.exposed_comm.dp_fsdp;
+  p.optimizer.grad = Dtype::BF16;
+  const double bf16 = time(llama, p).breakdown.exposed_comm.dp_fsdp;
+  EXPECT_LT(bf16, fp32);
+  // The overlap switches hide it (Megatron --overlap-grad-reduce / --overlap-param-gather).
+  p.comm.overlap_grad_reduce = p.comm.overlap_param_gather = true;
+  EXPECT_LT(time(llama, p).breakdown.exposed_comm.dp_fsdp, bf16);
+  // TE userbuffers hide TP collectives under the GEMMs.
+  const double tp_plain = time(llama, p).breakdown.exposed_comm.tp;
+  p.comm.tp_overlap = true;
+  EXPECT_LT(time(llama, p).breakdown.exposed_comm.tp, tp_plain);
+  // CP: all-gather is not overlapped, p2p is hidden under attention; a2a (Ulysses) exposes its all-to-alls.
+  const double p2p = time(llama, p).breakdown.exposed_comm.cp;
+  p.comm.cp = CpComm::AllGather;
+  EXPECT_GT(time(llama, p).breakdown.exposed_comm.cp, p2p);
+  p.comm.cp = CpComm::A2A;
+  EXPECT_GT(time(llama, p).breakdown.exposed_comm.cp, 0);
+  // fp8 attention at FlashAttention-3's fp8 rate (arXiv 2407.08608): less compute.
+  p.comm.cp = CpComm::P2P;
+  p.precision = Precision::FP8;
+  const double bf16_attention = time(llama, p).breakdown.compute;
+  p.fp8.attention = true;
+  EXPECT_LT(time(llama, p).breakdown.compute, bf16_attention);
+}
+
+TEST_F(Zoo, MoeSettingsMoveTime) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = plan_for("qwen3-30b-a3b", 16, 4096);
+  p.parallel.ep = 16;
+  const double fused = time(m, p).step_seconds;
+  p.moe.permute_fusion = false;  // more routed-copy-sized passes (moe_utils.py permute / unpermute)
+  EXPECT_GT(time(m, p).step_seconds, fused);
+  p.moe.permute_fusion = true;
+  p.moe.routing_imbalance = 1.2;  // the busiest rank routes more tokens: slower and larger
+  EXPECT_GT(time(m, p).step_seconds, fused);
+  Plan balanced = p;
+  balanced.moe.routing_imbalance = 1.0;
+  EXPECT_GT(memory(m, p).peak_bytes, memory(m, balanced).peak_bytes);
+  // The allgather dispatcher moves every rank's tokens to every rank: more than the all-to-all's routed copies at EP 16.
+  p.moe.routing_imbalance = 1;
+  const double a2a = time(m, p).breakdown.exposed_comm.ep;
+  p.moe.dispatcher = MoeDispatcher::AllGather;
+  EXPECT_GT(time(m, p).breakdown.exposed_comm.ep, a2a);
+}
+
+// Auxiliary-loss routing takes its imbalance from the calibration when the plan gives none.
+TEST_F(Zoo, AuxLossRoutingTakesTheCalibratedImbalance) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = plan_for("qwen3-30b-a3b", 16, 4096);
+  p.assumed = kPlanDefaultFields;
+  const std::vector<std::string> said = resolve_run_defaults(p, m, cal(p));
+  EXPECT_EQ(p.moe.routing, Routing::AuxLoss);
+  EXPECT_DOUBLE_EQ(p.moe.routing_imbalance, cal(p).aux_loss_imbalance);
+  EXPECT_EQ(p.assumed, 0u);
+  EXPECT_FALSE(said.empty());
+  // Megatron-LM's argument defaults for the rest.
+  EXPECT_EQ(p.optimizer.grad, Dtype::FP32);
+  EXPECT_FALSE(p.comm.overlap_grad_reduce);
+  EXPECT_FALSE(p.moe.permute_fusion);
+  EXPECT_EQ(p.moe.router_dtype, Dtype::BF16);
+  // Megatron-Bridge's perf recipes: bf16 gradient reduction, overlap, forced balance, an fp32 router.
+  Plan b = plan_for("qwen3-30b-a3b", 16, 4096);
+  b.implementation = "megatron-bridge";
+  b.assumed = kPlanDefaultFields;
+  resolve_run_defaults(b, m, cal(b));
+  EXPECT_EQ(b.optimizer.grad, Dtype::BF16);
+  EXPECT_TRUE(b.comm.overlap_grad_reduce && b.comm.overlap_param_gather);
+  EXPECT_EQ(b.moe.routing, Routing::Forced);
+  EXPECT_DOUBLE_EQ(b.moe.routing_imbalance, 1);
+  EXPECT_EQ(b.moe.router_dtype, Dtype::FP32);
+}
