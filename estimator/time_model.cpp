@@ -587,9 +587,12 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
       // Saved activations go to the host after each layer's forward and come back for its backward; the copy
       // engines run beside the microbatches' spans and idle, so only what exceeds that is exposed. The cover is
       // what the DP / FSDP collectives left: two streams hiding under the same time would otherwise each claim all
-      // of it, and a faster kernel would expose both at once.
+      // of it, and a faster kernel would expose both at once. The compute those collectives slow lasts longer by
+      // the slowdown, and the copies run during it too (else idle that a faster clock takes away would cost the
+      // collectives' slowdown and the copies' cover at once, more than the clock saved).
       const double copy = 2 * saved[r] / host_bw;
-      const double cover = std::max(0.0, mb * (cal.dp_overlap * (span_fwd + span_bwd) + idle) - hidden_total);
+      const double slowed = cal.interference * (a.hidden_fwd + a.hidden_bwd);
+      const double cover = std::max(0.0, mb * (cal.dp_overlap * (span_fwd + span_bwd) + idle) - hidden_total + slowed);
       a.offload = std::max(0.0, mb * copy - cover);
     }
     if (r == 0 || a.total(cal.interference) > after.total(cal.interference)) after = a;
