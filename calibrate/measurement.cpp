@@ -338,16 +338,21 @@ std::vector<Measurement> load_measurements(const std::string& path) {
   return measurements_from_json(read_json_file(path, "measurements file"), path);
 }
 
+std::string scaled_record_error(const Measurement& m) {
+  if (!m.scale || (m.scale->factor == 1 && m.scale->layers_per_kind == 0 && m.scale->mtp_dropped == 0)) return "";
+  return "measurement \"" + m.id + "\" ran a model scaled down from its plan's (lcplan-exec --scale " +
+         std::to_string(m.scale->factor) +
+         (m.scale->layers_per_kind > 0 ? ", --layers " + std::to_string(m.scale->layers_per_kind) : "") +
+         "), so it cannot stand for " + m.plan.model + " here; compare it with the plan it scaled (lcplan validate "
+         "--measured RECORD --plan PLAN applies the scale) or measure the plan unscaled";
+}
+
 namespace {
 
 // A record that ran something other than its plan says so: lcplan-exec's `scale` (a smaller model than the plan's),
 // or its CPU backend against a GPU hardware profile. Such a record is compared with nothing here ("" when it matches).
 std::string record_plan_mismatch(const Measurement& m, const Hardware& hw) {
-  if (m.scale && (m.scale->factor != 1 || m.scale->layers_per_kind > 0 || m.scale->mtp_dropped > 0))
-    return "measurement \"" + m.id + "\" ran a model scaled down from its plan's (lcplan-exec --scale " +
-           std::to_string(m.scale->factor) + (m.scale->layers_per_kind > 0 ? ", --layers " + std::to_string(m.scale->layers_per_kind) : "") +
-           "), so it cannot stand for " + m.plan.model + " here; compare it with the plan it scaled (lcplan validate "
-           "--measured RECORD --plan PLAN applies the scale) or measure the plan unscaled";
+  if (std::string e = scaled_record_error(m); !e.empty()) return e;
   if (m.backend == "cpu" && hw.name.rfind("cpu", 0) != 0)
     return "measurement \"" + m.id + "\" ran on lcplan-exec's CPU backend but its plan names hardware " + hw.name +
            "; give the plan the CPU's hardware profile (e.g. cpu-amd-epyc-2c) or measure on the GPU";

@@ -118,6 +118,11 @@ struct MeasuredCase {
 // Loads each plan's model (zoo name or path) and hardware from data_dir and checks each plan is valid. Measurements
 // marked not_modelled are left out (they have no model to load). A plan that breaks a rule throws UserError, unless
 // `impossible` is given: then the measurement goes there with not_modelled = "impossible configuration: <rule>".
+// One sentence when `m` is an lcplan-exec record of a model scaled down from its plan's (its `scale`), which only
+// `lcplan validate --measured` compares (it scales the plan the same way); "" otherwise. resolve_measurements and the
+// report refuse such records.
+std::string scaled_record_error(const Measurement& m);
+
 std::vector<MeasuredCase> resolve_measurements(const std::vector<Measurement>& ms, const std::string& data_dir,
                                                std::vector<Measurement>* impossible = nullptr);
 

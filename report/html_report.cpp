@@ -188,6 +188,14 @@ std::string legend(const Category* cats, size_t n, double x, double y, const std
 
 // Per-stage peak memory: one stacked bar per pipeline stage, the capacity line, the error band on the peak stage,
 // and a measured marker (and measured stacked bar, when the run has a breakdown) beside it.
+// A phase name in three letters or four, for deep pipelines' narrow slots.
+std::string short_phase(const std::string& phase) {
+  if (phase == "forward") return "fwd";
+  if (phase == "backward") return "bwd";
+  if (phase == "optimizer") return "opt";
+  return phase;
+}
+
 std::string memory_chart(const json& record, const std::vector<const MeasuredRun*>& measured, const std::string& id) {
   const json& stages = record.at("memory").at("stages");
   const double capacity = value(record, "memory/capacity_bytes");
@@ -227,6 +235,11 @@ std::string memory_chart(const json& record, const std::vector<const MeasuredRun
   const size_t n = stages.size();
   const double slot = plot_w / double(std::max<size_t>(n, 1));
   const double bar_w = std::min(90.0, slot * (run ? 0.42 : 0.55));
+  // Labels that fit a stage's slot: at deep pipelines the units move to the axis and the words shorten.
+  const double room = slot - 6;
+  const bool narrow = svg::text_width("stage " + std::to_string(n - 1), 11) > room ||
+                      svg::text_width(gib(top), 11) > room || svg::text_width("optimizer", 10) > room;
+  if (narrow) s += svg::text(left + plot_w / 2, H - 4, "pipeline stage", svg::font(11, "middle", "#555"));
   for (size_t i = 0; i < n; ++i) {
     const json& st = stages[i];
     const int stage = int(value(st, "stage"));
@@ -243,11 +256,14 @@ std::string memory_chart(const json& record, const std::vector<const MeasuredRun
     }
     const double peak = value(st, "peak_bytes");
     s += svg::group(bar, "", {{"class", "mem-bar"}, {"data-stage", std::to_string(stage)}, {"data-peak-bytes", raw(peak)}});
-    s += svg::text(x + bar_w / 2, y_of(acc) - 6, gib(peak), svg::font(11, "middle", "#222", stage == peak_stage),
-                   {{"class", "stage-total"}});
-    s += svg::text(x + bar_w / 2, up + plot_h + 16, "stage " + std::to_string(stage),
+    // The peak stage's label sits above its error whisker, every label within its slot.
+    const double label_y = std::min(y_of(acc), b && stage == peak_stage ? y_of(b->high) : y_of(acc)) - 6;
+    s += svg::text(x + bar_w / 2, label_y, narrow ? fmt("%.1f", peak / GiB) : gib(peak),
+                   svg::font(11, "middle", "#222", stage == peak_stage), {{"class", "stage-total"}});
+    s += svg::text(x + bar_w / 2, up + plot_h + 16, (narrow ? "" : "stage ") + std::to_string(stage),
                    svg::font(11, "middle", "#333"));
-    s += svg::text(x + bar_w / 2, up + plot_h + 30, string_at(st, "peak_phase"), svg::font(10, "middle", "#777"));
+    const std::string phase = string_at(st, "peak_phase");
+    s += svg::text(x + bar_w / 2, up + plot_h + 30, narrow ? short_phase(phase) : phase, svg::font(10, "middle", "#777"));
 
     if (stage != peak_stage) continue;
     const double cx = x + bar_w / 2;
@@ -384,6 +400,49 @@ std::string time_chart(const std::vector<TimeRow>& rows) {
 
 // Pareto front of the search: peak memory against TFLOP/s per GPU, every front plan a point with its name on hover;
 // the chosen plan and the reduced recipe marked and labelled; measured runs as crosses.
+// The layout part of plan_label ("TP1 PP1 CP4 EP8"): what fits beside a point; the hover title has the rest.
+std::string layout_label(const Plan& p) {
+  const std::string full = plan_label(p);
+  return full.substr(0, full.find(" · "));
+}
+
+// Places a point's label beside it: the first of eight spots (right or left, above or below, near then farther)
+// whose box covers nothing taken and stays inside the plot, else the first spot inside it. Boxes: svg::text_width
+// wide, 0.8 em above the baseline and 0.2 em below.
+struct LabelPlacer {
+  struct Box {
+    double x0, y0, x1, y1;
+  };
+  struct Spot {
+    double x, y;
+    std::string anchor;
+  };
+  double left, top, right, bottom;
+  std::vector<Box> taken;
+
+  Spot place(double x, double y, const std::string& text, double size, bool below_first) {
+    const double w = svg::text_width(text, size);
+    std::vector<Spot> spots;
+    for (double dy : {14.0, 34.0, 54.0})
+      for (bool below : {below_first, !below_first})
+        for (bool right_side : {x < (left + right) / 2, x >= (left + right) / 2})
+          spots.push_back({right_side ? x + 14 : x - 14, below ? y + dy + 0.8 * size : y - dy, right_side ? "start" : "end"});
+    const Spot* inside = nullptr;
+    for (const Spot& s : spots) {
+      const Box b{s.anchor == "start" ? s.x : s.x - w, s.y - 0.8 * size, s.anchor == "start" ? s.x + w : s.x, s.y + 0.2 * size};
+      if (b.x0 < left || b.x1 > right || b.y0 < top || b.y1 > bottom) continue;
+      if (!inside) inside = &s;
+      if (std::none_of(taken.begin(), taken.end(), [&](const Box& t) {
+            return b.x0 < t.x1 && t.x0 < b.x1 && b.y0 < t.y1 && t.y0 < b.y1;
+          })) {
+        taken.push_back(b);
+        return s;
+      }
+    }
+    return inside ? *inside : spots.front();
+  }
+};
+
 std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& runs, const Hardware& hw) {
   const json& front = search.at("pareto");
   const json* best = search.contains("top") && !search.at("top").empty() ? &search.at("top")[0] : nullptr;
@@ -463,13 +522,16 @@ std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& run
                       {"data-peak-bytes", raw(value(c, "memory/peak_bytes"))},
                       {"data-tflops", raw(value(c, "time/tflops_per_gpu"))}});
   }
+  // The two labels go where they cover no point, no other label and stay inside the plot.
+  LabelPlacer placer{left, up, left + plot_w, up + plot_h, {}};
+  for (const Pt& p : all) placer.taken.push_back({px(p.gib) - 10, py(p.tf) - 10, px(p.gib) + 10, py(p.tf) + 10});
   if (best) {
     const double x = px(value(*best, "memory/peak_bytes") / GiB), y = py(value(*best, "time/tflops_per_gpu"));
     s += svg::circle(x, y, 10, svg::stroke("#1b9e77", 2.5, "", "chosen-point"), hover(*best, "chosen plan (fastest that fits), "),
                      {{"data-plan", plan_label(record_plan(*best))}});
-    const bool right_half = x > left + plot_w / 2;  // labels grow away from the nearer edge
-    s += svg::text(right_half ? x - 14 : x + 14, y - 14, "chosen: " + plan_label(record_plan(*best)),
-                   svg::font(12, right_half ? "end" : "start", "#1b9e77", true), {{"class", "chosen-label"}});
+    const std::string label = "chosen: " + layout_label(record_plan(*best));
+    const LabelPlacer::Spot at = placer.place(x, y, label, 12, false);
+    s += svg::text(at.x, at.y, label, svg::font(12, at.anchor, "#1b9e77", true), {{"class", "chosen-label"}});
   }
   if (recipe) {
     const double x = px(value(*recipe, "memory/peak_bytes") / GiB), y = py(value(*recipe, "time/tflops_per_gpu"));
@@ -477,9 +539,9 @@ std::string pareto_chart(const json& search, const std::vector<MeasuredRun>& run
                    svg::filled_outline("#f28e2b", "#7f3f00", 1, "recipe-point"),
                    hover(*recipe, "reduced recipe (article section 2.5 rules), "),
                    {{"data-plan", plan_label(record_plan(*recipe))}});
-    const bool right_half = x > left + plot_w / 2;
-    s += svg::text(right_half ? x - 14 : x + 14, y + 20, "reduced recipe: " + plan_label(record_plan(*recipe)),
-                   svg::font(12, right_half ? "end" : "start", "#b35900", true), {{"class", "recipe-label"}});
+    const std::string label = "reduced recipe: " + layout_label(record_plan(*recipe));
+    const LabelPlacer::Spot at = placer.place(x, y, label, 12, true);
+    s += svg::text(at.x, at.y, label, svg::font(12, at.anchor, "#b35900", true), {{"class", "recipe-label"}});
   }
   for (const auto& [m, rec] : measured_pts) {
     const double x = px(*m->peak_bytes / GiB), y = py(*measured_tflops(*m, *rec));
@@ -674,6 +736,7 @@ std::vector<MeasuredRun> measured_runs_from_json(const nlohmann::json& j, const 
   std::vector<MeasuredRun> out;
   for (size_t i = 0; i < ms.size(); ++i) {
     if (ms[i].scope != MeasurementScope::Step) continue;
+    if (const std::string e = scaled_record_error(ms[i]); !e.empty()) throw UserError(where + ": " + e);
     out.push_back({ms[i].id, ms[i].plan, ms[i].peak_bytes, ms[i].step_seconds, ms[i].tflops_per_gpu,
                    i < breakdowns.size() ? breakdowns[i] : json()});
   }

@@ -134,6 +134,12 @@ std::string text(double x, double y, const std::string& content, const TextStyle
   return cat(a, extra(attrs), ">", escape(content), "</text>\n");
 }
 
+double text_width(const std::string& content, double size) {
+  double chars = 0;
+  for (unsigned char c : content) chars += (c & 0xC0) != 0x80;  // continuation bytes are not characters
+  return 0.62 * size * chars;
+}
+
 std::string path(const std::string& d, const Style& s, const std::string& title, const Attrs& attrs) {
   return cat("<path", attr("d", d), style_attrs(s), extra(attrs), close("path", title));
 }

@@ -73,6 +73,48 @@ ReportInput estimate_input(const Plan& p) {
   return r;
 }
 
+// A text's box as a browser lays it out, estimated: 0.62 em per character (UTF-8 code points) from its anchor,
+// 0.8 em above the baseline and 0.2 em below. Rotated texts (the axis titles) are left out.
+struct Box {
+  double x0, y0, x1, y1;
+  bool meets(const Box& o) const { return x0 < o.x1 && o.x0 < x1 && y0 < o.y1 && o.y0 < y1; }
+};
+
+Box text_box(const Element& t) {
+  double chars = 0;
+  for (unsigned char c : t.text) chars += (c & 0xC0) != 0x80;
+  const double size = t.num("font-size"), w = 0.62 * size * chars, x = t.num("x"), y = t.num("y");
+  const std::string a = t.attr("text-anchor");
+  const double x0 = a == "end" ? x - w : a == "middle" ? x - w / 2 : x;
+  return {x0, y - 0.8 * size, x0 + w, y + 0.2 * size};
+}
+
+void collect_texts(const Markup& m, const Element& e, std::vector<const Element*>& out) {
+  for (int c : e.children) {
+    const Element& k = m.elements[c];
+    if (k.name == "text" && k.attr("transform").empty() && !k.text.empty()) out.push_back(&k);
+    collect_texts(m, k, out);
+  }
+}
+
+// No two labels of one chart overlap, and the Pareto chart's labels cover none of its points (issue 28 item 9).
+void expect_no_overlapping_text(const Markup& m, const std::string& page) {
+  for (const Element* svg : m.all("svg")) {
+    std::vector<const Element*> texts;
+    collect_texts(m, *svg, texts);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      for (size_t j = i + 1; j < texts.size(); ++j)
+        EXPECT_FALSE(text_box(*texts[i]).meets(text_box(*texts[j])))
+            << page << ": \"" << texts[i]->text << "\" overlaps \"" << texts[j]->text << "\"";
+      if (!texts[i]->has_class("chosen-label") && !texts[i]->has_class("recipe-label")) continue;
+      for (const Element* pt : m.all("circle", "pareto-point")) {
+        const Box dot{pt->num("cx") - 5, pt->num("cy") - 5, pt->num("cx") + 5, pt->num("cy") + 5};
+        EXPECT_FALSE(text_box(*texts[i]).meets(dot)) << page << ": \"" << texts[i]->text << "\" covers a Pareto point";
+      }
+    }
+  }
+}
+
 Markup page(const ReportInput& in) {
   Markup m = scan(report_html(in));
   EXPECT_EQ(m.error, "") << "the page does not scan as well-formed markup";
@@ -345,6 +387,35 @@ TEST(Report, SearchPageHasOnePointPerParetoPlanNamedOnHover) {
   // Two time bars (chosen plan, reduced recipe) on one scale; two memory charts.
   EXPECT_EQ(m.all("g", "time-bar").size(), 2u);
   check_proportional(m.all("rect", "time-seg"), "data-seconds", "width");
+  expect_no_overlapping_text(m, "search page");
+}
+
+// Pages of pipelines 1, 4 and 16 stages deep: every label keeps to itself, the peak's label above its whisker.
+TEST(Report, LabelsDoNotOverlapAtAnyPipelineDepth) {
+  Plan deep;
+  deep.model = "llama-3.1-70b";
+  deep.gpus = 128;
+  deep.gpus_per_node = 8;
+  deep.seq_len = 8192;
+  deep.parallel.tp = 8;
+  deep.parallel.pp = 16;
+  Plan shallow = reference_plan(), four = reference_plan();
+  shallow.parallel.pp = 1;
+  four.parallel.pp = 4;
+  for (const Plan& plan : {shallow, four, deep}) {
+    const Markup m = page(estimate_input(plan));
+    const std::string name = "PP " + std::to_string(plan.parallel.pp);
+    EXPECT_EQ(m.all("g", "mem-bar").size(), size_t(plan.parallel.pp)) << name;
+    expect_no_overlapping_text(m, name);
+    const auto bands = m.all("g", "band");
+    if (!bands.empty()) {  // the peak stage's label is above the top of its whisker
+      const Element& whisker = m.elements[bands[0]->children.at(1)];
+      double label_bottom = 1e9;
+      for (const Element* t : m.all("text", "stage-total"))
+        if (t->attr("font-weight") == "bold") label_bottom = text_box(*t).y1;
+      EXPECT_LE(label_bottom, std::min(whisker.num("y1"), whisker.num("y2")) + 0.01) << name;
+    }
+  }
 }
 
 TEST(Report, NothingLoadsFromElsewhere) {

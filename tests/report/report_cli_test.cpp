@@ -326,16 +326,11 @@ const char* chromium_path() {
   return env && *env ? env : "/usr/bin/chromium";
 }
 
-// The reference case's search report, rendered headless: the picture is not blank and holds the charts' colours
-// (the legend alone could not: each memory category colour must cover more than its 14x14 swatch).
-TEST(ReportRender, ReferenceReportRendersWithItsChartColours) {
-  if (::access(chromium_path(), X_OK) != 0) GTEST_SKIP() << chromium_path() << " not found: nothing renders the page";
-#ifndef LCPLAN_HAVE_ZLIB
-  GTEST_SKIP() << "built without zlib: the PNG cannot be decoded";
-#endif
-  const fs::path html = scratch() / "reference.html", png = scratch() / "reference.png";
-  const Outcome r = lcplan(with({"report"}, with(kSearch, {"--search", "--out", html.string()})));
-  ASSERT_EQ(r.status, 0) << r.err;
+// `report` with `flags`, rendered headless to a 1200x1600 picture that is not blank (many colours, some not white).
+Image rendered(const std::vector<std::string>& flags, const std::string& name) {
+  const fs::path html = scratch() / (name + ".html"), png = scratch() / (name + ".png");
+  const Outcome r = lcplan(with({"report"}, with(flags, {"--out", html.string()})));
+  EXPECT_EQ(r.status, 0) << r.err;
   const auto t0 = std::chrono::steady_clock::now();
   const Outcome c = run(chromium_path(),
                         {"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
@@ -343,22 +338,53 @@ TEST(ReportRender, ReferenceReportRendersWithItsChartColours) {
                          "--screenshot=" + png.string(), "--window-size=1200,1600", "file://" + html.string()},
                         60);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_TRUE(fs::exists(png)) << "chromium wrote no screenshot (exit " << c.status << ", " << secs << " s): " << c.err.substr(0, 2000);
+  if (!fs::exists(png)) {
+    ADD_FAILURE() << name << ": chromium wrote no screenshot (exit " << c.status << ", " << secs << " s): " << c.err.substr(0, 2000);
+    return Image{0, 0, {}, "no screenshot"};
+  }
   const Image img = decode_png(slurp(png));
-  ASSERT_EQ(img.error, "");
-  EXPECT_EQ(img.width, 1200);
-  EXPECT_EQ(img.height, 1600);
+  if (!img.error.empty()) return img;
+  EXPECT_EQ(img.width, 1200) << name;
+  EXPECT_EQ(img.height, 1600) << name;
   std::set<uint32_t> colours(img.rgb.begin(), img.rgb.end());
   size_t non_white = 0;
   for (uint32_t p : img.rgb) non_white += p != 0xffffff;
-  EXPECT_GT(colours.size(), 50u) << "a blank or nearly blank picture";
-  EXPECT_GT(double(non_white) / double(img.rgb.size()), 0.03) << "almost everything is white";
+  EXPECT_GT(colours.size(), 50u) << name << ": a blank or nearly blank picture";
+  EXPECT_GT(double(non_white) / double(img.rgb.size()), 0.03) << name << ": almost everything is white";
+  std::printf("%s: chromium rendered %dx%d in %.1f s: %zu colours, %.1f%% not white\n", name.c_str(), img.width,
+              img.height, secs, colours.size(), 100.0 * double(non_white) / double(img.rgb.size()));
+  std::fflush(stdout);  // before the next fork, which would copy what is buffered
+  return img;
+}
+
+// Pages of pipelines 1, 4 and 16 stages deep render (their labels keep apart: html_report_test checks the SVG's
+// label boxes).
+TEST(ReportRender, PagesOfEveryPipelineDepthRender) {
+  if (::access(chromium_path(), X_OK) != 0) GTEST_SKIP() << chromium_path() << " not found: nothing renders the page";
+#ifndef LCPLAN_HAVE_ZLIB
+  GTEST_SKIP() << "built without zlib: the PNG cannot be decoded";
+#endif
+  for (const char* pp : {"1", "4"}) {
+    std::vector<std::string> flags = kPlan;
+    *(std::find(flags.begin(), flags.end(), "--pp") + 1) = pp;
+    EXPECT_EQ(rendered(flags, std::string("pp") + pp).error, "");
+  }
+  EXPECT_EQ(rendered({"--model", "llama-3.1-70b", "--gpus", "128", "--seq", "8k", "--tp", "8", "--pp", "16"}, "pp16").error, "");
+}
+
+// The reference case's search report, rendered headless: the picture is not blank and holds the charts' colours
+// (the legend alone could not: each memory category colour must cover more than its 14x14 swatch).
+TEST(ReportRender, ReferenceReportRendersWithItsChartColours) {
+  if (::access(chromium_path(), X_OK) != 0) GTEST_SKIP() << chromium_path() << " not found: nothing renders the page";
+#ifndef LCPLAN_HAVE_ZLIB
+  GTEST_SKIP() << "built without zlib: the PNG cannot be decoded";
+#endif
+  const Image img = rendered(with(kSearch, {"--search"}), "reference");
+  ASSERT_EQ(img.error, "");
   // The colours of the categories the chosen plan's bar holds (params, grads, activations, logits, fragmentation all
   // non-zero there) cover more than a legend swatch, and the capacity line is drawn.
   for (uint32_t colour : {0x4e79a7u, 0xa0cbe8u, 0x59a14fu})
     EXPECT_GT(pixels_near(img, colour), 14u * 14u + 400u) << std::hex << colour;
-  std::printf("chromium rendered %dx%d in %.1f s: %zu colours, %.1f%% not white\n", img.width, img.height, secs,
-              colours.size(), 100.0 * double(non_white) / double(img.rgb.size()));
 }
 
 }  // namespace

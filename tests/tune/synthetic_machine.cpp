@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "calibrate/measurement.h"
@@ -39,7 +40,8 @@ int run(int argc, char** argv) {
   }
   if (plan_path.empty() || out.empty() || truth.empty()) throw UserError("give --plan, --out and --truth");
   const std::string dir = LCPLAN_SOURCE_DIR;
-  const Plan plan = plan_from_json(read_json_file(plan_path, "plan"));
+  // As lcplan-exec reads a run's plan: the model and hardware paths are relative to the recipe (estimator/plan.h).
+  const Plan plan = load_plan_file(plan_path);
   const ModelSpec model = model_for_plan(load_model(plan.model, dir), plan);
   require_valid_plan(model, plan);
   const Hardware hw = load_hardware(plan.hardware, dir);
@@ -53,7 +55,11 @@ int run(int argc, char** argv) {
     m.status = MeasurementStatus::OutOfMemory;
     m.failure = "CUDA out of memory (synthetic machine: estimated peak above the hardware's memory)";
   } else {
-    const double unit = double(fnv1a(plan_to_json(plan).dump(), seed) % 100000) / 100000.0;  // [0, 1)
+    // The noise depends on the plan, not on where its files lie (a fresh clone's random folder).
+    Plan key = plan;
+    key.model = std::filesystem::path(key.model).stem().string();
+    key.hardware = std::filesystem::path(key.hardware).stem().string();
+    const double unit = double(fnv1a(plan_to_json(key).dump(), seed) % 100000) / 100000.0;  // [0, 1)
     m.step_seconds = e.time.step_seconds * (1 + 0.04 * (unit - 0.5));
     m.peak_bytes = e.memory.peak_bytes;
   }
