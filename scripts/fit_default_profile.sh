@@ -4,8 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lcplan=${LCPLAN:-build/release/cli/lcplan}
+# The long-context Qwen3-235B rows (megatron-moe-long-context-h100-runs.json) are validated but not fitted: with them
+# the fit moves the article's tuning path (a4, a5) past 11% (README, Known gaps: the two long-context sources disagree).
 runs=(data/validation/megatron-bridge-h100-runs.json data/validation/megatron-bridge-blackwell-runs.json
-      data/validation/bumblebee-runs.json data/validation/megatron-moe-long-context-h100-runs.json)
+      data/validation/bumblebee-runs.json)
 # Shared (base) coefficients: kernel efficiencies by class and precision, host costs, overlaps.
 fit=time.gemm_efficiency,time.grouped_gemm_efficiency,time.fp8_gemm_ratio,time.mxfp8_gemm_ratio,time.nvfp4_gemm_ratio
 fit+=,time.fp8_grouped_gemm_ratio,time.mxfp8_grouped_gemm_ratio,time.attention_efficiency,time.linear_attention_efficiency
