@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 
 #include "common/json_file.h"
 #include "common/user_error.h"
@@ -335,7 +336,10 @@ std::vector<Measurement> measurements_from_json(const nlohmann::json& j, const s
 }
 
 std::vector<Measurement> load_measurements(const std::string& path) {
-  return measurements_from_json(read_json_file(path, "measurements file"), path);
+  std::vector<Measurement> ms = measurements_from_json(read_json_file(path, "measurements file"), path);
+  // A plan's model or hardware file is named relative to the measurements file, as in a plan file.
+  for (Measurement& m : ms) resolve_plan_paths(m.plan, std::filesystem::path(path).parent_path().string());
+  return ms;
 }
 
 std::string scaled_record_error(const Measurement& m) {

@@ -464,11 +464,14 @@ std::string resolved_from(const std::string& v, const std::filesystem::path& dir
 
 }  // namespace
 
-Plan load_plan_file(const std::string& path) {
-  Plan p = plan_from_json(read_json_file(path, "plan file"));
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+void resolve_plan_paths(Plan& p, const std::string& dir) {
   p.model = resolved_from(p.model, dir);
   p.hardware = resolved_from(p.hardware, dir);
+}
+
+Plan load_plan_file(const std::string& path) {
+  Plan p = plan_from_json(read_json_file(path, "plan file"));
+  resolve_plan_paths(p, std::filesystem::path(path).parent_path().string());
   return p;
 }
 

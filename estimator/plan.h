@@ -115,5 +115,8 @@ nlohmann::json plan_to_json(const Plan& p);
 // nothing exists beside the recipe.) Zoo and profile names are kept as they are.
 Plan load_plan_file(const std::string& path);
 void write_plan_file(const std::string& path, const Plan& p);
+// The reading half for any file that holds plans (recipes, measurement files): model and hardware paths stored
+// relative to `dir` (that file's folder) become paths the working directory can open.
+void resolve_plan_paths(Plan& p, const std::string& dir);
 
 }  // namespace lcplan

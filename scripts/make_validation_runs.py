@@ -247,3 +247,40 @@ def convert_long_context(rows, out_name, description):
 convert_long_context(json.load(open(os.path.join(root, "megatron-moe-long-context-h100.json"))),
                      "megatron-moe-long-context-h100-runs.json",
                      "Megatron-MoE-ModelZoo Qwen3-235B-A22B long-context runs on 256 H100 (force-balanced routing)")
+
+
+def convert_moe_layer_perf(rows, out_name, description):
+    """Megatron-LM's single-MoE-layer benchmarks as moe_layer-scope rows: forward + backward of one layer."""
+    runs = []
+    for r in rows:
+        s, of, mc = r["source"], r["other_flags"], r["other_flags"]["model_config"]
+        mixtral = mc["hidden_size"] == 4096
+        dispatcher = of["dispatcher"].lower()
+        plan = {"model": "mixtral-8x7b" if mixtral else "models/deepseek-moe-layer-proxy.json",
+                "hardware": "h100-sxm-80gb", "gpus": r["num_gpus"], "seq_len": r["seq_len"],
+                "micro_batch": r["micro_batch"], "global_batch": r["global_batch"],
+                "precision": "bf16" if r["precision"] == "bf16" else "fp8",
+                "parallel": {"tp": r["TP"], "pp": 1, "cp": r["CP"], "ep": r["EP"], "etp": r["ETP"]},
+                "moe": {"dispatcher": "deepep" if "deepep" in dispatcher else "hybridep" if "hybridep" in dispatcher
+                        else "alltoall",
+                        "routing": "forced", "permute_fusion": bool(of["moe_permute_fusion"]),
+                        "router_dtype": "fp32" if mc.get("router_dtype") == "fp32" else "bf16"},
+                "cuda_graphs": {"impl": "none"}, "implementation": "megatron"}
+        if plan["precision"] == "fp8":
+            plan["fp8"] = {"recipe": "blockwise"}
+        m = r["measured"]
+        notes = ["forward %.3f ms + backward %.3f ms (CUDA events, mean of 20 iterations, rank 0); max allocated %d bytes"
+                 % (m["forward_ms"], m["backward_ms"], m["max_allocated_bytes"]),
+                 "4,096 tokens per rank, one MoE layer (router and experts, no attention)",
+                 "Mixtral-8x7B's MoE layer" if mixtral else "the DeepSeek-like proxy (data/validation/models)"]
+        runs.append({"id": r["id"], "source": "%s (%s)" % (s["table"], s["url"]), "scope": "moe_layer",
+                     "step_seconds": (m["forward_ms"] + m["backward_ms"]) / 1e3, "plan": plan,
+                     "notes": "; ".join(notes)})
+    dump(out_name, description, runs)
+    print(f"{out_name}: {len(runs)} rows", file=sys.stderr)
+
+
+convert_moe_layer_perf(json.load(open(os.path.join(root, "megatron-moe-layer-perf-h100.json"))),
+                       "megatron-moe-layer-perf-h100-runs.json",
+                       "Megatron-LM's single MoE layer benchmarks on 8 H100 (forward + backward of one layer, forced "
+                       "balance, 4,096 tokens per rank)")

@@ -12,7 +12,9 @@ import datetime, json, os, subprocess, sys
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CORPUS = ["megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json",
           "megatron-moe-long-context-h100-runs.json"]
+LAYERS = "megatron-moe-layer-perf-h100-runs.json"  # one MoE layer's forward + backward: checked, not fitted
 BEGIN, END = "<!-- validation-groups:begin -->", "<!-- validation-groups:end -->"
+LAYER_BEGIN, LAYER_END = "<!-- moe-layer-benchmarks:begin -->", "<!-- moe-layer-benchmarks:end -->"
 
 
 def group_line(name, g):
@@ -37,6 +39,13 @@ def main():
               "summary": {k: s[k] for k in ("time_rows", "time_in_sample", "time_leave_one_model_out",
                                             "time_leave_one_hardware_out", "time_leave_one_context_band_out")},
               "groups": groups}
+    layer_out = subprocess.run([lcplan, "validate", "--json", "--measurements",
+                                os.path.join(root, "data", "validation", LAYERS)],
+                               check=True, capture_output=True, text=True).stdout
+    layers = {r["id"]: {"model": os.path.basename(r["model"]).removesuffix(".json"), "precision": r["precision"],
+                        "measured_seconds": r["measured"], "predicted_seconds": r["predicted"], "error": r["error"]}
+              for r in json.loads(layer_out)["rows"]}
+    record["moe_layer_benchmarks"] = {"file": "data/validation/" + LAYERS, "cases": layers}
     with open(os.path.join(root, "data", "validation", "recorded-errors.json"), "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
@@ -46,7 +55,14 @@ def main():
     readme = os.path.join(root, "README.md")
     text = open(readme).read()
     a, b = text.index(BEGIN), text.index(END) + len(END)
-    open(readme, "w").write(text[:a] + "\n".join(table) + text[b:])
+    text = text[:a] + "\n".join(table) + text[b:]
+    rows = [LAYER_BEGIN, "| case | layer | precision | measured (ms) | predicted (ms) | error |", "|---|---|---|---|---|---|"]
+    rows += ["| %s | %s | %s | %.2f | %.2f | %+.1f%% |" % (i, c["model"], c["precision"], 1e3 * c["measured_seconds"],
+                                                        1e3 * c["predicted_seconds"], 100 * c["error"])
+             for i, c in layers.items()]
+    rows.append(LAYER_END)
+    a, b = text.index(LAYER_BEGIN), text.index(LAYER_END) + len(LAYER_END)
+    open(readme, "w").write(text[:a] + "\n".join(rows) + text[b:])
 
 
 if __name__ == "__main__":

@@ -18,12 +18,6 @@ using namespace lcplan;
 
 namespace {
 
-bool has_moe(const ModelSpec& m) {
-  for (const LayerSpec& l : m.layers)
-    if (l.ffn == FfnKind::MoE) return true;
-  return false;
-}
-
 // The plan as its framework's launch carries it, read back: flags for Megatron-LM, recipe.json otherwise. Fields no
 // flag carries (the cluster's hardware and NVLink domain, the framework) stay the plan's; the run settings the flags
 // leave out take the framework's defaults, as at load.

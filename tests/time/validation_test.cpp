@@ -6,6 +6,7 @@
 // the targets that are not met (leave-one-model-out 15%, the article's a5 within 10%) are stated there.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -133,6 +134,31 @@ void expect_groups_hold_their_record(const ValidationReport& r) {
       EXPECT_NE(readme.find(line), std::string::npos) << "README's validation table lacks \"" << line << "\"";
     }
   for (const auto& [group, _] : rec.items()) EXPECT_TRUE(seen.count(group)) << group << " is recorded but not validated";
+}
+
+// One MoE layer against Megatron-LM's own benchmark of it (12 cases, checked and not fitted): each case's error is
+// printed and must not grow more than 2 points beyond what scripts/record_validation.py recorded (and README shows).
+TEST_F(Fixture, MoeLayerBenchmarksHoldTheirRecord) {
+  const nlohmann::json rec =
+      read_json_file(data_dir() + "/data/validation/recorded-errors.json", "record")["moe_layer_benchmarks"]["cases"];
+  std::ifstream in(data_dir() + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int n = 0;
+  for (const MeasuredCase& c : cases("megatron-moe-layer-perf-h100-runs.json")) {
+    ASSERT_EQ(c.meas.scope, MeasurementScope::MoeLayer) << c.meas.id;
+    const double err = predict(c, Quantity::StepSeconds, profile) / *c.meas.step_seconds - 1;
+    std::printf("%-5s %-30s %-5s measured %6.2f ms predicted %+7.1f%%\n", c.meas.id.c_str(),
+                std::filesystem::path(c.model.name).stem().c_str(), to_string(c.meas.plan.precision),
+                1e3 * *c.meas.step_seconds, 100 * err);
+    ASSERT_TRUE(rec.contains(c.meas.id)) << c.meas.id << " is not recorded: run scripts/record_validation.py";
+    const double want = rec.at(c.meas.id).at("error").get<double>();
+    EXPECT_LE(std::fabs(err), std::fabs(want) + 0.02) << c.meas.id;
+    char line[64];
+    std::snprintf(line, sizeof line, "| %s |", c.meas.id.c_str());
+    EXPECT_NE(readme.find(line), std::string::npos) << "README's MoE layer table lacks " << c.meas.id;
+    ++n;
+  }
+  EXPECT_EQ(n, 12);
 }
 
 ValidationReport validate_files(std::initializer_list<const char*> files, const Calibration& profile,
