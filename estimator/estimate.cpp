@@ -1,8 +1,8 @@
 #include "estimator/estimate.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
-
 
 namespace lcplan {
 
@@ -82,6 +82,8 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
                {"bottleneck", e.time.bottleneck},
                {"breakdown",
                 {{"compute", t.compute},
+                 {"compute_attention", t.compute_attention},
+                 {"compute_moe", t.compute_moe},
                  {"recompute", t.recompute},
                  {"exposed_comm",
                   {{"tp", t.exposed_comm.tp}, {"cp", t.exposed_comm.cp}, {"ep", t.exposed_comm.ep},
@@ -161,6 +163,13 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
                 b.bubble, b.launch_overhead, b.optimizer, b.offload, b.step_overhead, b.exposed_comm.tp, b.exposed_comm.cp, b.exposed_comm.ep,
                 b.exposed_comm.pp, b.exposed_comm.dp_fsdp, t.bottleneck.c_str());
   o << line;
+  if (b.compute > 0) {
+    const double other = std::max(0.0, b.compute - b.compute_attention - b.compute_moe);
+    std::snprintf(line, sizeof line, "  of compute: attention cores %.3f s (%.0f%%), MoE layers %.3f s (%.0f%%), other %.3f s (%.0f%%)\n",
+                  b.compute_attention, 100 * b.compute_attention / b.compute, b.compute_moe,
+                  100 * b.compute_moe / b.compute, other, 100 * other / b.compute);
+    o << line;
+  }
   if (e.band_points > 0) {
     std::snprintf(line, sizeof line, "  error band: %.3f-%.3f s per step, %.0f-%.0f TFLOP/s per GPU (%d validated runs)\n",
                   e.step_seconds_band.low, e.step_seconds_band.high, e.tflops_band.low, e.tflops_band.high, e.band_points);

@@ -406,6 +406,8 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   const double moe_bwd = moe_layer ? moe.backward - moe.exposed_comm_backward - moe.launch_backward : 0;
   k.forward = fwd + moe_fwd;
   k.backward = bwd + moe_bwd;
+  k.attention = core_fwd + core_bwd;
+  k.moe = moe_fwd + moe_bwd;
   k.compute = k.forward + k.backward + interference;
   k.tp = 2 * tp_exposed;
   k.cp = cp_exposed_fwd + cp_exposed_bwd;
@@ -698,6 +700,8 @@ Pipeline pipeline(const DerivedPlan& d, const Calibration& cal, const StageCosts
   const double mb = d.microbatches;
   TimeBreakdown& br = pl.br;
   br.compute = mb * c.compute;
+  br.compute_attention = mb * c.attention;
+  br.compute_moe = mb * c.moe;
   br.recompute = mb * c.recompute;
   br.launch_overhead = mb * c.launch;
   br.exposed_comm.tp = mb * c.tp;

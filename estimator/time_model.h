@@ -22,6 +22,8 @@ struct ExposedComm {
 
 struct TimeBreakdown {
   double compute = 0;          // forward + backward compute of the slowest stage over the step (s)
+  double compute_attention = 0;  // of compute: the attention cores (flash attention, linear attention) (s)
+  double compute_moe = 0;        // of compute: the MoE layers' kernels (s)
   double recompute = 0;        // extra forward of recomputed layers (s)
   ExposedComm exposed_comm;
   double bubble = 0;           // pipeline bubble (s)
@@ -69,6 +71,9 @@ struct LayerCost {
   double tp = 0, cp = 0, ep = 0;  // exposed communication
   double launch = 0;     // launch-floor excess
   double forward = 0, backward = 0;  // compute of forward / backward alone (the EP overlap cap)
+  // Of compute (forward + backward, no recompute): the attention cores' kernels and the MoE layer's (router,
+  // permutation, expert GEMMs, shared experts), so the breakdown can say what dominates at each sequence length.
+  double attention = 0, moe = 0;
   // total() by the executor's phases: forward, loss (LM head and loss), backward (recompute included).
   double in_forward = 0, in_loss = 0, in_backward = 0;
   // Each pass's own span with the cross-microbatch EP overlap undone: what DP collectives and offload copies hide
@@ -78,6 +83,7 @@ struct LayerCost {
   void add(const LayerCost& o) {
     compute += o.compute, recompute += o.recompute, tp += o.tp, cp += o.cp, ep += o.ep, launch += o.launch;
     forward += o.forward, backward += o.backward;
+    attention += o.attention, moe += o.moe;
     in_forward += o.in_forward, in_loss += o.in_loss, in_backward += o.in_backward;
     span_forward += o.span_forward, span_backward += o.span_backward;
   }

@@ -1,4 +1,6 @@
 // Time model behaviour: link tiers, collectives, chunked EP, recompute, bubble, launch floor, FP8.
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 #include "estimator/calibration.h"
@@ -83,6 +85,46 @@ TEST_F(Fixture, OutputsAreConsistent) {
   EXPECT_GT(t.mfu, 0.05);
   EXPECT_LT(t.mfu, 0.8);
   EXPECT_FALSE(t.bottleneck.empty());
+}
+
+// The breakdown says what dominates: on the long-context Qwen3-235B layout (TP4 PP8 VPP4 EP8, CP growing with the
+// sequence as in data/validation/megatron-moe-long-context-h100-runs.json), the MoE layers lead at 16K and the
+// attention cores at 128K, where causal attention is over 80% of the model FLOPs; both are parts of compute.
+TEST_F(Fixture, ComputeSharesFollowTheSequence) {
+  const ModelSpec q = load_model("qwen3-235b-a22b", data_dir());
+  double prev_attention = 0;
+  for (const auto& [seq, cp] : {std::pair{16384, 1}, std::pair{32768, 2}, std::pair{65536, 4}, std::pair{131072, 8}}) {
+    Plan p;
+    p.model = "qwen3-235b-a22b";
+    p.gpus = 256;
+    p.seq_len = seq;
+    p.global_batch = 256;
+    p.parallel = {4, 8, 4, cp, 8, 1};
+    p.optimizer_sharding = OptimizerSharding::DistOpt;
+    p.recompute = Recompute::Selective;
+    require_valid_plan(q, p);
+    const TimeBreakdown b = estimate_time(q, p, hw, cal).breakdown;
+    const double attention = b.compute_attention / b.compute, moe = b.compute_moe / b.compute;
+    std::printf("seq %6d cp %d: attention cores %.0f%%, MoE layers %.0f%% of compute\n", seq, cp, 100 * attention, 100 * moe);
+    EXPECT_GT(b.compute_attention, 0);
+    EXPECT_GT(b.compute_moe, 0);
+    EXPECT_LE(b.compute_attention + b.compute_moe, b.compute);
+    EXPECT_GT(attention, prev_attention) << seq;
+    if (seq == 16384) {
+      EXPECT_GT(moe, attention);
+    }
+    if (seq == 131072) {
+      EXPECT_GT(attention, 2 * moe);
+    }
+    prev_attention = attention;
+  }
+  // A dense model has no MoE part.
+  const ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.gpus = 8;
+  p.seq_len = 8192;
+  EXPECT_EQ(estimate_time(llama, p, hw, cal).breakdown.compute_moe, 0);
 }
 
 TEST_F(Fixture, FullRecomputeAddsAForwardButNotModelFlops) {
