@@ -1,6 +1,9 @@
 // A 2-layer toy model small enough to count every byte by hand (see memory_terms_test.cpp for the counts).
 #pragma once
 
+#include <cstdint>
+#include <string>
+
 #include "estimator/calibration.h"
 #include "estimator/hardware.h"
 #include "estimator/memory_model.h"
@@ -25,6 +28,15 @@ inline ModelSpec toy_model() {
   m.moe.expert_ffn = 32;
   m.layers = {{MixerKind::FullAttention, FfnKind::Dense, false}, {MixerKind::FullAttention, FfnKind::MoE, false}};
   return m;
+}
+
+// A zoo model's plan at everything's default but the model, GPUs and sequence length.
+inline Plan zoo_plan(const std::string& model, int gpus, int64_t seq) {
+  Plan p;
+  p.model = model;
+  p.gpus = gpus;
+  p.seq_len = seq;
+  return p;
 }
 
 // A node of 8 GPUs; the memory model reads nothing else of the hardware.

@@ -17,6 +17,7 @@ using lcplan::testing::toy_hardware;
 using lcplan::testing::toy_model;
 using lcplan::testing::toy_plan;
 using lcplan::testing::at;
+using lcplan::testing::zoo_plan;
 
 namespace {
 
@@ -31,14 +32,6 @@ struct Zoo : ::testing::Test {
   }
   MemoryEstimate memory(const ModelSpec& m, const Plan& p) const { return estimate_memory(m, p, hw, cal(p)); }
 };
-
-Plan plan_for(const std::string& model, int gpus, int64_t seq) {
-  Plan p;
-  p.model = model;
-  p.gpus = gpus;
-  p.seq_len = seq;
-  return p;
-}
 
 }  // namespace
 
@@ -89,7 +82,7 @@ TEST(RunSettings, PrecisionAwareOptimizerHalvesOptimizerMemory) {
 // --optimizer-offload-fraction saves the same 3.8 GB (15.3 GB at 100%): the saving is linear in the fraction.
 TEST_F(Zoo, OptimizerOffloadFractionSavesItsShareOfTheState) {
   const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
-  Plan p = plan_for("qwen3-30b-a3b", 16, 4096);
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, 4096);
   p.parallel = {2, 2, 1, 1, 4, 1};
   p.optimizer.precision_aware = true;
   const double full = memory(m, p).stages[0].breakdown.optimizer;
@@ -111,7 +104,7 @@ TEST_F(Zoo, OptimizerOffloadFractionSavesItsShareOfTheState) {
 // iteration graph removes the per-kernel launch term; attention graphs remove the attention part of it.
 TEST_F(Zoo, FullIterationGraphsRemoveTheLaunchTerm) {
   const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
-  Plan p = plan_for("qwen3-30b-a3b", 8, 4096);
+  Plan p = zoo_plan("qwen3-30b-a3b", 8, 4096);
   p.parallel.ep = 8;
   p.moe.capacity_factor = 1.0;  // a MoE layer is capturable with padded token dropping only
   const TimeEstimate eager = time(m, p);
@@ -124,7 +117,7 @@ TEST_F(Zoo, FullIterationGraphsRemoveTheLaunchTerm) {
   EXPECT_EQ(full.breakdown.launch_overhead, 0);
   EXPECT_LT(full.step_seconds, eager.step_seconds);
   // Static input buffers stay resident: one hidden-sized input per captured module and layer.
-  const double eager_ws = memory(m, plan_for("qwen3-30b-a3b", 8, 4096)).stages[0].breakdown.workspace;
+  const double eager_ws = memory(m, zoo_plan("qwen3-30b-a3b", 8, 4096)).stages[0].breakdown.workspace;
   EXPECT_GT(memory(m, p).stages[0].breakdown.workspace, eager_ws);
 }
 
@@ -256,7 +249,7 @@ TEST(RunSettings, TpOverlapBuffers) {
 // The time effects of the switches, each in the direction its source gives.
 TEST_F(Zoo, SwitchesMoveTimeAsTheirSourcesSay) {
   const ModelSpec llama = load_model("llama-3.1-70b", data_dir());
-  Plan p = plan_for("llama-3.1-70b", 64, 8192);
+  Plan p = zoo_plan("llama-3.1-70b", 64, 8192);
   p.parallel = {4, 2, 1, 2, 1, 1};
   p.global_batch = 64;
   // bf16 gradients halve the DP reduce-scatter bytes; without overlap it is exposed.
@@ -288,7 +281,7 @@ TEST_F(Zoo, SwitchesMoveTimeAsTheirSourcesSay) {
 
 TEST_F(Zoo, MoeSettingsMoveTime) {
   const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
-  Plan p = plan_for("qwen3-30b-a3b", 16, 4096);
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, 4096);
   p.parallel.ep = 16;
   const double fused = time(m, p).step_seconds;
   p.moe.permute_fusion = false;  // more routed-copy-sized passes (moe_utils.py permute / unpermute)
@@ -309,7 +302,7 @@ TEST_F(Zoo, MoeSettingsMoveTime) {
 // Auxiliary-loss routing takes its imbalance from the calibration when the plan gives none.
 TEST_F(Zoo, AuxLossRoutingTakesTheCalibratedImbalance) {
   const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
-  Plan p = plan_for("qwen3-30b-a3b", 16, 4096);
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, 4096);
   p.assumed = kPlanDefaultFields;
   const std::vector<std::string> said = resolve_run_defaults(p, m, cal(p));
   EXPECT_EQ(p.moe.routing, Routing::AuxLoss);
@@ -322,7 +315,7 @@ TEST_F(Zoo, AuxLossRoutingTakesTheCalibratedImbalance) {
   EXPECT_FALSE(p.moe.permute_fusion);
   EXPECT_EQ(p.moe.router_dtype, Dtype::BF16);
   // Megatron-Bridge's perf recipes: bf16 gradient reduction, overlap, forced balance, an fp32 router.
-  Plan b = plan_for("qwen3-30b-a3b", 16, 4096);
+  Plan b = zoo_plan("qwen3-30b-a3b", 16, 4096);
   b.implementation = "megatron-bridge";
   b.assumed = kPlanDefaultFields;
   resolve_run_defaults(b, m, cal(b));

@@ -15,9 +15,12 @@
 #include "search/emit.h"
 #include "search/megatron_args.h"
 #include "search/shell_words.h"
+#include "tests/common/toy_model.h"
 
 namespace lcplan {
 namespace {
+
+using lcplan::testing::zoo_plan;
 
 const ModelSpec& zoo(const std::string& name) {
   static std::map<std::string, ModelSpec> cache;
@@ -465,73 +468,65 @@ struct RoundTrip {
   std::function<void(Plan&)> set;
 };
 
-Plan base_plan(const std::string& model, int gpus, int64_t seq) {
-  Plan p;
-  p.model = model;
-  p.gpus = gpus;
-  p.seq_len = seq;
-  return p;
-}
-
 TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
   const std::vector<RoundTrip> table = {
       {"FSDP + CP + EP, full recompute, linear CE, chunked EP", "qwen3-30b-a3b", [](Plan& p) {
-         p = base_plan(p.model, 32, 131072);
+         p = zoo_plan(p.model, 32, 131072);
          p.parallel.cp = 4, p.parallel.ep = 8, p.optimizer_sharding = OptimizerSharding::Fsdp, p.recompute = Recompute::Full;
          // (no cross-microbatch EP overlap: Megatron refuses it with full recompute, a plan rule now)
          p.linear_ce = true, p.moe.ep_chunks = 2, p.global_batch = 16;
        }},
       {"DeepEP dispatch, all-to-all overlap, no MTP on a model with MTP", "deepseek-v3", [](Plan& p) {
-         p = base_plan(p.model, 256, 4096);
+         p = zoo_plan(p.model, 256, 4096);
          p.parallel.ep = 64, p.moe.dispatcher = MoeDispatcher::DeepEP, p.moe.a2a_overlap = true, p.mtp_layers = 0;
          p.global_batch = 512, p.precision = Precision::FP8;
        }},
       {"EP with ETP, TP + SP, selective recompute, FP8", "qwen3-30b-a3b", [](Plan& p) {
-         p = base_plan(p.model, 64, 32768);
+         p = zoo_plan(p.model, 64, 32768);
          p.parallel.tp = 2, p.parallel.ep = 8, p.parallel.etp = 2, p.recompute = Recompute::Selective;
          p.precision = Precision::FP8;
        }},
       {"VPP, even split, dist opt", "llama-3.1-70b", [](Plan& p) {
-         p = base_plan(p.model, 64, 8192);
+         p = zoo_plan(p.model, 64, 8192);
          p.parallel.tp = 8, p.parallel.pp = 4, p.parallel.vpp = 5, p.global_batch = 64;
        }},
       {"uneven first/last stage layers with VPP, no SP", "llama-3.1-70b", [](Plan& p) {
-         p = base_plan(p.model, 32, 8192);
+         p = zoo_plan(p.model, 32, 8192);
          p.parallel.tp = 8, p.parallel.pp = 4, p.parallel.vpp = 2, p.sequence_parallel = false;
          p.pipeline.first_stage_layers = 18, p.pipeline.last_stage_layers = 18;
        }},
       {"uneven first stage only", "llama-3.1-70b", [](Plan& p) {
-         p = base_plan(p.model, 32, 8192);
+         p = zoo_plan(p.model, 32, 8192);
          p.parallel.tp = 8, p.parallel.pp = 4, p.pipeline.first_stage_layers = 17;
        }},
       {"explicit layers per virtual stage, MTP, MXFP8, block recompute", "deepseek-v3", [](Plan& p) {
-         p = base_plan(p.model, 256, 4096);
+         p = zoo_plan(p.model, 256, 4096);
          p.parallel.pp = 8, p.parallel.ep = 32, p.pipeline.chunk_layers = {5, 8, 8, 8, 8, 8, 8, 8};
          p.precision = Precision::MXFP8, p.recompute = Recompute::Full, p.recompute_layers = 2, p.global_batch = 512;
        }},
       {"explicit layers with VPP", "qwen3-30b-a3b", [](Plan& p) {
-         p = base_plan(p.model, 32, 16384);
+         p = zoo_plan(p.model, 32, 16384);
          p.parallel.pp = 2, p.parallel.vpp = 2, p.parallel.ep = 8, p.pipeline.chunk_layers = {10, 14, 14, 10};
        }},
       {"balanced automatic split (layout string)", "deepseek-v3", [](Plan& p) {
-         p = base_plan(p.model, 256, 4096);
+         p = zoo_plan(p.model, 256, 4096);
          p.parallel.pp = 8, p.parallel.ep = 32;
        }},
       {"embedding/loss accounted split with VPP", "qwen3-30b-a3b", [](Plan& p) {
-         p = base_plan(p.model, 16, 8192);
+         p = zoo_plan(p.model, 16, 8192);
          p.parallel.pp = 2, p.parallel.vpp = 5, p.parallel.ep = 8, p.optimizer_sharding = OptimizerSharding::None;
        }},
       {"offload optimizer and activations, NVFP4, no sharding", "llama-3.1-8b", [](Plan& p) {
-         p = base_plan(p.model, 8, 8192);
+         p = zoo_plan(p.model, 8, 8192);
          p.offload.optimizer = true, p.offload.activations = true, p.precision = Precision::NVFP4;
          p.optimizer_sharding = OptimizerSharding::None;
        }},
       {"token dropping with padding to capacity", "qwen3-30b-a3b", [](Plan& p) {
-         p = base_plan(p.model, 64, 4096);
+         p = zoo_plan(p.model, 64, 4096);
          p.parallel.ep = 16, p.moe.capacity_factor = 1.25, p.micro_batch = 2, p.global_batch = 256;
        }},
       {"TP + PP + CP + EP at once, DeepSeek", "deepseek-v3", [](Plan& p) {
-         p = base_plan(p.model, 1024, 32768);
+         p = zoo_plan(p.model, 1024, 32768);
          p.parallel.tp = 2, p.parallel.pp = 8, p.parallel.cp = 2, p.parallel.ep = 64, p.parallel.etp = 1;
          p.pipeline.first_stage_layers = 5, p.pipeline.last_stage_layers = 8, p.recompute = Recompute::Full;
        }},
@@ -570,7 +565,7 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
 }
 
 TEST(RoundTrip, DifferenceNamesTheField) {
-  Plan a = base_plan("x", 8, 4096), b = a;
+  Plan a = zoo_plan("x", 8, 4096), b = a;
   b.precision = Precision::FP8;
   EXPECT_EQ(megatron_plan_difference(a, b), "precision: bf16 vs fp8");
   b = a;
