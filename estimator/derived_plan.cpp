@@ -265,6 +265,7 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
   DerivedPlan d;
   d.model = &m;
   d.plan = &p;
+  d.switches = effective_switches(p);
   d.dp = data_parallel(p);
   d.edp = int(int64_t(q.tp) * q.cp * d.dp / (int64_t(q.ep) * q.etp));
   d.global_batch = effective_global_batch(p);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "estimator/flops.h"
+#include "estimator/frameworks.h"
 #include "estimator/hardware.h"
 #include "estimator/plan.h"
 #include "models/model_spec.h"
@@ -118,6 +119,7 @@ struct DerivedPlan {
   std::vector<int> peak_stages;
   bool has_moe = false;
   int moe_chunks = 1;           // ep_chunks (1 on dense models)
+  EffectiveSwitches switches{};  // the plan's overlap and fusion switches as its framework runs them
   double model_flops_per_step = 0;  // Megatron-style model FLOPs of one step (estimator/flops.h)
   // The recompute choice derive_options last derived the records for (layers -1: none yet).
   struct RecomputeChoice {

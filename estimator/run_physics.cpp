@@ -62,7 +62,7 @@ double run_settings_workspace(const DerivedPlan& d, const StageRecord& st, const
   // DeepEP / HybridEP keep their NVLink and RDMA buffers for the run (fused_a2a.py get_buffer).
   if (st.has_moe && p.parallel.ep > 1 && deduplicating(p.moe.dispatcher)) bytes += cal.dispatcher_buffer_bytes;
   // TE userbuffers of [seq x mbs / cp, hidden] per overlapped GEMM (Megatron-LM initialize.py _initialize_tp_communicators).
-  if (d.sequence_parallel && effective_switches(p).tp_overlap) bytes += cal.tp_overlap_buffers * d.local_tokens * h * kBf16;
+  if (d.sequence_parallel && d.switches.tp_overlap) bytes += cal.tp_overlap_buffers * d.local_tokens * h * kBf16;
   const CudaGraphs& g = p.cuda_graphs;
   if (g.impl != GraphImpl::None) {
     // Each graph keeps static input buffers resident (Megatron-LM cuda_graphs.py): one hidden-sized input per captured

@@ -63,8 +63,9 @@ struct KernelRates {
   EffectiveSwitches sw;      // the plan's overlap and fusion switches as its framework runs them
   LaunchShares launch;       // the launch floors CUDA graphs leave
 
-  KernelRates(const Plan& p, const Hardware& hw_, const Calibration& cal_)
-      : hw(hw_), cal(cal_), sw(effective_switches(p)), launch(graph_launch_shares(p, cal_)) {
+  KernelRates(const DerivedPlan& d, const Hardware& hw_, const Calibration& cal_)
+      : hw(hw_), cal(cal_), sw(d.switches), launch(graph_launch_shares(*d.plan, cal_)) {
+    const Plan& p = *d.plan;
     gemm_peak = gemm_peak_flops(hw, p.precision);
     const bool low = p.precision != Precision::BF16;
     switch (p.precision) {
@@ -502,7 +503,7 @@ double optimizer_step_seconds(const Plan& p, const KernelRates& rate, double sha
 }  // namespace
 
 MoeLayerTime moe_layer_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal) {
-  return d.has_moe ? moe_time(d, KernelRates(*d.plan, hw, cal)) : MoeLayerTime{};
+  return d.has_moe ? moe_time(d, KernelRates(d, hw, cal)) : MoeLayerTime{};
 }
 
 TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal) {
@@ -641,7 +642,7 @@ StageCosts stage_costs(const DerivedPlan& d, const Hardware& hw, const Calibrati
 StageCosts stage_costs(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const MoeLayerTime& moe) {
   const ModelSpec& m = *d.model;
   const Parallel& q = d.plan->parallel;
-  const KernelRates rate(*d.plan, hw, cal);
+  const KernelRates rate(d, hw, cal);
   StageCosts out;
   out.moe = moe;
   // Each kind's cost, recomputed or not, once; then every decoder layer adds its kind's cost to its stage, for the
@@ -733,7 +734,7 @@ double tokens_per_second_ceiling(const DerivedPlan& d, const Calibration& cal, c
 TimeEstimate estimate_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal, const StageCosts& costs) {
   const Plan& p = *d.plan;
   const Parallel& q = p.parallel;
-  const KernelRates rate(p, hw, cal);
+  const KernelRates rate(d, hw, cal);
   const Pipeline pl = pipeline(d, cal, costs, p.linear_ce);
   const LayerCost& last = pl.last;
   const LayerCost& c = pl.clock + 1 == q.pp ? pl.last : costs.stages[pl.clock];
