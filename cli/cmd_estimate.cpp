@@ -3,8 +3,10 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/batch_flags.h"
 #include "cli/plan_flags.h"
 #include "estimator/estimate.h"
+#include "estimator/packing.h"
 #include "estimator/plan_rules.h"
 #include "common/json_file.h"
 
@@ -21,6 +23,7 @@ struct EstimateArgs {
   PlanFlags plan;
   bool json = false;
   std::string out;
+  BatchFlags batches;
 };
 }  // namespace
 
@@ -30,20 +33,34 @@ void register_estimate(CLI::App& app, int& exit_code) {
   add_plan_flags(cmd, args->plan);
   cmd->add_flag("--json", args->json, "print the estimate record as JSON");
   cmd->add_option("--out", args->out, "also write the estimate record (JSON) to this file");
+  add_batch_flags(cmd, args->batches);
   cmd->callback([args, &exit_code]() {
+    const std::optional<LengthDistribution> dist = read_batch_lengths(args->batches, args->plan);
     StartingPoint start = starting_point(args->plan, /*allow_lists=*/false);
     Plan& plan = start.plan;
     const Inputs in = load_inputs(plan, args->plan.calibration, start.model);
+    std::optional<PackingOptions> packing;
+    if (dist) packing = prepare_batches(args->batches, *dist, in.model, plan);
     require_valid_plan(in.model, plan);
-    const Estimate e = estimate(in.model, plan, in.hardware, in.calibration);
-    const std::string record = estimate_to_json(e, plan).dump(2) + "\n";
+    std::optional<BatchEstimate> batches;
+    if (dist) batches = estimate_batches(in.model, plan, in.hardware, in.calibration, *dist, *packing);
+    const Estimate e = batches ? batches->worst_estimate : estimate(in.model, plan, in.hardware, in.calibration);
+    nlohmann::json rec = estimate_to_json(e, batches ? batches->worst_plan : plan);
+    if (batches) rec["batches"] = batch_estimate_to_json(*batches);
+    const std::string record = rec.dump(2) + "\n";
     if (!args->out.empty()) write_file_atomic(args->out, record);
     print_warnings(start);
     if (args->json) {
       std::fputs(record.c_str(), stdout);
     } else {
       // Under the run header, one line naming the run settings the plan left to its implementation and their values.
-      std::string table = estimate_table(e, plan, in.model, in.hardware);
+      std::string table = estimate_table(e, batches ? batches->worst_plan : plan, in.model, in.hardware);
+      if (batches) {
+        table.insert(table.find('\n') + 1, "the tables below: every microbatch like the fullest one drawn (" +
+                                                std::to_string(batches->worst.lengths.size()) + " packed, " +
+                                                std::to_string(batches->worst.tokens) + " tokens); the drawn batches follow them\n");
+        table += "\n" + batch_estimate_table(*batches, *dist, *packing);
+      }
       if (!in.assumed.empty())
         table.insert(table.find('\n') + 1, "defaults assumed (" + plan.implementation + "): " + join(in.assumed) + "\n");
       std::fputs(table.c_str(), stdout);

@@ -189,7 +189,7 @@ int kind_index(DerivedPlan& d, const ModelSpec& m, const Plan& p, const LayerSpe
   const LayerKind* known = nullptr;
   for (size_t i = 0; like && !known && i < like->kinds.size(); ++i)
     if (same_kind(like->kinds[i].spec, l)) known = &like->kinds[i];
-  k.flops = known ? known->flops : layer_forward_flops(m, l, d.seq);
+  k.flops = known ? known->flops : layer_forward_flops(m, l, d.seq, 0, p.packed_lengths);
   k.traffic = known ? known->traffic : layer_traffic(m, l);
   k.params = unit_params(layer_params(m, l), p.parallel);
   // when_kept and when_recomputed depend on the recompute choice: derive_options
@@ -260,7 +260,9 @@ DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
 
 DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw, const DerivedPlan* like) {
   // `like` serves only when it derives the same model and sequence length.
-  if (like && (like->model != &m || like->seq != double(p.seq_len))) like = nullptr;
+  // A packed microbatch's FLOPs read its lengths too: it lends and borrows nothing.
+  if (like && (like->model != &m || like->seq != double(p.seq_len) || like->packed || !p.packed_lengths.empty()))
+    like = nullptr;
   const Parallel& q = p.parallel;
   DerivedPlan d;
   d.model = &m;
@@ -274,6 +276,14 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
   d.local_tokens = local_tokens(p);
   d.hidden_tokens = hidden_tokens(p);
   d.sequence_share = double(p.micro_batch) / q.cp;
+  d.attention_seq = d.local_tokens;
+  d.packed = !p.packed_lengths.empty();
+  if (d.packed) {
+    // Varlen flash attention runs each sequence on its own: its length weighted by the FLOPs it carries (L_i^2).
+    double squares = 0;
+    for (int64_t l : p.packed_lengths) squares += double(l) * double(l);
+    d.attention_seq = squares / d.seq / q.cp;
+  }
   d.sequence_parallel = p.sequence_parallel && q.tp > 1;
   d.has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
   if (d.has_moe) {

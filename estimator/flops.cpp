@@ -19,7 +19,15 @@ double causal_context(double seq, double window) {
   return window - window * window / (2 * seq);
 }
 
-LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, double seq, double capacity_factor) {
+double packed_context(double seq, double window, const std::vector<int64_t>& packed) {
+  if (packed.empty()) return causal_context(seq, window);
+  double keys = 0, tokens = 0;
+  for (int64_t l : packed) keys += double(l) * causal_context(double(l), window), tokens += double(l);
+  return keys / tokens;
+}
+
+LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, double seq, double capacity_factor,
+                               const std::vector<int64_t>& packed) {
   LayerFlops f;
   const double h = m.hidden;
   switch (layer.mixer) {
@@ -27,7 +35,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, doubl
       const AttentionSpec& a = m.attn;
       const double q = double(a.heads) * a.head_dim, kv = double(a.kv_heads) * a.head_dim;
       f.proj = seq * 2 * (h * q * (a.output_gate ? 2 : 1) + 2 * h * kv + q * h);  // q(+gate), k, v, o
-      const double ctx = causal_context(seq, layer.sliding ? a.sliding_window : 0);
+      const double ctx = packed_context(seq, layer.sliding ? a.sliding_window : 0, packed);
       f.attn_core = seq * 4 * q * ctx;  // QK^T + PV over the keys each query sees (causal: half the square)
       break;
     }
@@ -49,7 +57,7 @@ LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, doubl
       w += double(a.kv_lora_rank) * a.heads * (double(a.qk_nope_head_dim) + a.v_head_dim);
       w += double(a.heads) * a.v_head_dim * h;
       f.proj = seq * 2 * w;  // DeepSeek-V3 report arXiv 2412.19437 section 2.1.1 (no weight absorption in training)
-      f.attn_core = seq * 2 * a.heads * (qk + a.v_head_dim) * causal_context(seq, 0);
+      f.attn_core = seq * 2 * a.heads * (qk + a.v_head_dim) * packed_context(seq, 0, packed);
       break;
     }
   }
@@ -114,24 +122,24 @@ LayerTraffic layer_traffic(const ModelSpec& m, const LayerSpec& layer) {
 
 double lm_head_forward_flops(const ModelSpec& m, double seq) { return seq * 2.0 * m.hidden * m.vocab; }
 
-double mtp_forward_flops(const ModelSpec& m, double seq) {
+double mtp_forward_flops(const ModelSpec& m, double seq, const std::vector<int64_t>& packed) {
   if (m.mtp_layers <= 0 || m.layers.empty()) return 0;
   LayerSpec last = m.layers.back();
   last.sliding = false;
   const double one = seq * 2.0 * (2.0 * m.hidden) * m.hidden  // eh_proj on [embedding; hidden]
-                     + layer_forward_flops(m, last, seq).total() + lm_head_forward_flops(m, seq);
+                     + layer_forward_flops(m, last, seq, 0, packed).total() + lm_head_forward_flops(m, seq);
   return m.mtp_layers * one;
 }
 
-double model_forward_flops(const ModelSpec& m, double seq) {
-  double f = lm_head_forward_flops(m, seq) + mtp_forward_flops(m, seq);
-  for (const LayerSpec& l : m.layers) f += layer_forward_flops(m, l, seq).total();
+double model_forward_flops(const ModelSpec& m, double seq, const std::vector<int64_t>& packed) {
+  double f = lm_head_forward_flops(m, seq) + mtp_forward_flops(m, seq, packed);
+  for (const LayerSpec& l : m.layers) f += layer_forward_flops(m, l, seq, 0, packed).total();
   return f;
 }
 
 double model_flops_per_step(const ModelSpec& m, const Plan& p) {
   // 3 x forward (backward = 2 x forward), every sequence of the global batch; recompute excluded (Megatron-LM).
-  return 3.0 * effective_global_batch(p) * model_forward_flops(m, double(p.seq_len));
+  return 3.0 * effective_global_batch(p) * model_forward_flops(m, double(p.seq_len), p.packed_lengths);
 }
 
 }  // namespace lcplan

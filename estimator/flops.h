@@ -20,6 +20,9 @@
 // ------------------------------------------------------------------------------------------------------------------
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "estimator/plan.h"
 #include "models/model_spec.h"
 
@@ -49,16 +52,22 @@ struct LayerTraffic {
 LayerTraffic layer_traffic(const ModelSpec& m, const LayerSpec& layer);
 
 // `capacity_factor` > 0 counts routed work padded to capacity (executed FLOPs); 0 counts top_k (model FLOPs).
-LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, double seq, double capacity_factor = 0);
+// `packed` (non-empty: `seq` tokens packed from sequences of these lengths, THD) sets the attention's keys per query.
+LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, double seq, double capacity_factor = 0,
+                               const std::vector<int64_t>& packed = {});
 
 // Average number of keys a query attends to in a causal sequence of `seq` tokens (window 0 = full causal).
 double causal_context(double seq, double window);
+// The same over a packed microbatch (each sequence attends only to itself): the token-weighted mean of
+// causal_context over `packed`, so the attention core costs the sum of each sequence's square, not the sum's square
+// (Megatron-LM counts THD attention by the sum of L_i^2, training.py). Empty `packed`: causal_context(seq, window).
+double packed_context(double seq, double window, const std::vector<int64_t>& packed);
 
 double lm_head_forward_flops(const ModelSpec& m, double seq);
 // All MTP modules: eh_proj + one decoder layer shaped like the last + the shared LM head, each.
-double mtp_forward_flops(const ModelSpec& m, double seq);
+double mtp_forward_flops(const ModelSpec& m, double seq, const std::vector<int64_t>& packed = {});
 // Whole model forward for one sequence: decoder layers + LM head + MTP.
-double model_forward_flops(const ModelSpec& m, double seq);
+double model_forward_flops(const ModelSpec& m, double seq, const std::vector<int64_t>& packed = {});
 // Megatron-style model FLOPs of one training step of the plan (whole job, recompute excluded).
 double model_flops_per_step(const ModelSpec& m, const Plan& p);
 

@@ -64,6 +64,7 @@ Capabilities megatron_capabilities() {
   c.optimizer_offload = c.partial_optimizer_offload = c.activation_offload = c.module_offload = true;
   c.offload_needs_precision_aware = true;
   c.optimizer_dtypes = c.bf16_grads = c.token_dropping = c.uniform_groups = true;
+  c.packed_sequences = true;  // THD with cu_seqlens (PackedSeqParams; megatron/training/training.py counts sum L_i^2)
   c.recompute_modules = kAllRecomputeModules;
   c.dispatchers = bit(MoeDispatcher::AllToAll) | bit(MoeDispatcher::AllGather) | bit(MoeDispatcher::DeepEP) | bit(MoeDispatcher::HybridEP);
   c.graph_impls = bit(GraphImpl::None) | bit(GraphImpl::Local) | bit(GraphImpl::TransformerEngine) | bit(GraphImpl::FullIteration);
@@ -120,6 +121,7 @@ Capabilities bumblebee_capabilities() {
   Capabilities c;
   c.chunked_ep = c.linear_ce = c.low_precision = true;
   c.optimizer_offload = c.activation_offload = c.token_dropping = true;
+  c.packed_sequences = true;  // an RL trainer of rollouts of varying length (the article, section 1) on TE attention
   c.recompute_modules = kAllRecomputeModules;
   c.dispatchers = bit(MoeDispatcher::AllToAll);
   c.graph_impls = bit(GraphImpl::None);

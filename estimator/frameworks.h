@@ -32,6 +32,7 @@ struct Capabilities {
   bool optimizer_dtypes = false;    // the precision-aware optimizer and its state dtypes
   bool bf16_grads = false;
   bool token_dropping = false;      // moe.capacity_factor > 0
+  bool packed_sequences = false;    // packed_lengths: THD microbatches of several sequences (estimator/packing.h)
   bool uniform_groups = false;      // full recompute, uniform method with several layers per checkpoint
   uint16_t recompute_modules = 0;   // modules selective recompute may name
   bool exact_recompute_set = false; // only exactly `recompute_modules`

@@ -293,7 +293,7 @@ Plan plan_from_json(const nlohmann::json& j) {
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
               "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers",
               "recompute_method", "recompute_modules", "offload", "linear_ce", "mtp_layers", "moe", "optimizer", "fp8",
-              "cuda_graphs", "comm", "implementation", "dp"},
+              "cuda_graphs", "comm", "implementation", "dp", "packed_lengths"},
              "plan");
   Plan p;
   p.model = get_string(j, "model", w, "");
@@ -308,6 +308,15 @@ Plan plan_from_json(const nlohmann::json& j) {
     else throw UserError("plan: \"seq_len\" must be an integer or a size string such as \"128k\"");
   }
   p.micro_batch = get_int(j, "micro_batch", w, 1);
+  if (j.contains("packed_lengths")) {
+    const auto& v = j.at("packed_lengths");
+    if (!v.is_array()) throw UserError("plan: \"packed_lengths\" must be a list of sequence lengths (tokens)");
+    for (const auto& e : v) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 1)
+        throw UserError("plan: \"packed_lengths\" holds " + e.dump() + "; each entry must be a positive integer");
+      p.packed_lengths.push_back(e.get<int64_t>());
+    }
+  }
   p.global_batch = get_int(j, "global_batch", w, 0);
   p.precision = parse_precision(get_string(j, "precision", w, "bf16"));
   if (j.contains("parallel")) {
@@ -412,6 +421,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.gpus_per_node > 0) j["gpus_per_node"] = p.gpus_per_node;
   j["seq_len"] = p.seq_len;
   j["micro_batch"] = p.micro_batch;
+  if (!p.packed_lengths.empty()) j["packed_lengths"] = p.packed_lengths;
   j["global_batch"] = effective_global_batch(p);
   j["precision"] = to_string(p.precision);
   j["parallel"] = {{"tp", p.parallel.tp}, {"pp", p.parallel.pp}, {"vpp", p.parallel.vpp},

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,9 @@ struct Plan {
   int gpus_per_node = 0;                // 0 = the hardware profile's node size
   int64_t seq_len = 0;                  // tokens per sequence
   int micro_batch = 1;                  // sequences per microbatch
+  // A packed (THD) microbatch: the lengths of the sequences packed in it, each attending only to itself; empty = the
+  // micro_batch sequences of seq_len tokens each. Non-empty: micro_batch 1 and seq_len their sum (estimator/packing.h).
+  std::vector<int64_t> packed_lengths;
   int global_batch = 0;                 // sequences per step; 0 = one sequence per GPU, rounded up to whole microbatches
   Precision precision = Precision::BF16;
   Parallel parallel;

@@ -146,6 +146,19 @@ std::optional<RuleViolation> check_plan_sizes(const Plan& p) {
     if (v < 1) return fail(Rule::Positive, std::string(name) + " = " + std::to_string(v) + " must be at least 1");
   if (p.global_batch < 0) return fail(Rule::Positive, "global_batch = " + std::to_string(p.global_batch) + " must be positive (or 0 for the default)");
   if (p.gpus_per_node < 0) return fail(Rule::Positive, "gpus_per_node = " + std::to_string(p.gpus_per_node) + " must be positive");
+  if (!p.packed_lengths.empty()) {
+    // A packed microbatch is one THD sequence of seq_len tokens made of these segments.
+    if (p.micro_batch != 1)
+      return fail(Rule::Positive, "micro_batch = " + std::to_string(p.micro_batch) + " with packed_lengths must be 1 (a packed microbatch is one THD sequence)");
+    int64_t sum = 0;
+    for (int64_t l : p.packed_lengths) {
+      if (l < 1 || l > p.seq_len - sum)
+        return fail(Rule::Positive, "packed_lengths must be positive and sum to seq_len = " + std::to_string(p.seq_len));
+      sum += l;
+    }
+    if (sum != p.seq_len)
+      return fail(Rule::Positive, "packed_lengths sum to " + std::to_string(sum) + ", not seq_len = " + std::to_string(p.seq_len));
+  }
   // The time model walks communicator groups rank by rank: a typo like --gpus 100000000 must not hang or exhaust memory.
   constexpr int kMaxGpus = 1 << 20;
   if (p.gpus > kMaxGpus)
@@ -259,6 +272,11 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (!split.ok) return fail(Rule::LayersSplit, split.error);
 
   const long need = q.cp > 1 ? 2L * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
+  for (int64_t l : p.packed_lengths)
+    if (l % need != 0)
+      return fail(Rule::SeqDivisible, "packed length " + std::to_string(l) + " is not divisible by " +
+                                          (q.cp > 1 ? "2*cp*tp = " : "tp = ") + std::to_string(need) +
+                                          " (each packed sequence is padded to it, as THD attention with CP needs)");
   if (p.seq_len % need != 0)
     return fail(Rule::SeqDivisible, "seq_len = " + std::to_string(p.seq_len) + " is not divisible by " +
                                         (q.cp > 1 ? "2*cp*tp = " : "tp = ") + std::to_string(need) +

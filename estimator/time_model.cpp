@@ -333,7 +333,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   if (lf.attn_core > 0) {
     const double head_dim = kind.spec.mixer == MixerKind::MLA ? double(m.mla.qk_nope_head_dim) + m.mla.qk_rope_head_dim
                                                               : m.attn.head_dim;
-    core_fwd = rate.attention(lf.attn_core * share, d.local_tokens, head_dim);
+    core_fwd = rate.attention(lf.attn_core * share, d.attention_seq, head_dim);
     core_bwd = 2.5 * core_fwd;  // flash attention backward runs 5 matmuls to the forward's 2 (FlashAttention-2 paper)
   } else if (lf.linear_core > 0) {
     core_fwd = rate.linear_attention(lf.linear_core * share);

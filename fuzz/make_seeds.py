@@ -147,3 +147,10 @@ run_settings = {
 }
 for name, settings in run_settings.items():
     put("run_settings", name, settings)
+
+# Sequence-length files (--seq-lengths): lines with comments, JSON lists, histograms, and bad ones.
+for i, s in enumerate(["4096\n65536\n4096\n", "# rollouts\n 8192 \n\n16384\n", "[4096, 8192, 131072]",
+                       "[[4096, 70], [65536, 30]]", "[[1, 1], [4294967296, 1]]", "", "0\n", "-1\n", "1.5\n", "4k\n",
+                       "[]", "[[4096]]", "[[4096, -1]]", "[4096", "{\"lengths\": [1]}", "1\n2\n3\n5\n8\n13\n21\n",
+                       "[[100, 0.5], [200, 1e300]]", "99999999999999\n", "\u00b9\u00b2\n"]):
+    put("seq_lengths", "%02d" % i, s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target for a chosen time:  fuzz/run.sh <target> <seconds> [extra libFuzzer flags]
-#   targets: hf_config plan measurement calibration size estimate megatron_args megatron_log
+#   targets: hf_config plan measurement calibration size estimate megatron_args megatron_log run_settings seq_lengths
 # Builds the fuzz preset (clang) if needed, fuzzes with the seed corpus read-only (new inputs go to a scratch
 # corpus under build/fuzz/), and writes any crash to build/fuzz/artifacts/<target>/. A crash found should be
 # copied into fuzz/corpus/<target>/ (named regress-<what>) together with its fix, so every replay checks it.

@@ -53,7 +53,7 @@ case "${1:-}" in
     if [ "${LCPLAN_SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null; then
       # Smoke, not a campaign: each fuzzer from its seed corpus for 20,000 inputs (fuzz/README.md has the long runs).
       fuzz_build=${LCPLAN_FUZZ_BUILD:-build/fuzz}
-      for t in hf_config plan measurement calibration size estimate megatron_args megatron_log run_settings; do
+      for t in hf_config plan measurement calibration size estimate megatron_args megatron_log run_settings seq_lengths; do
         log=$(mktemp)
         if ! fuzz/run.sh "$t" 300 -runs=20000 >"$log" 2>&1; then
           tail -40 "$log"

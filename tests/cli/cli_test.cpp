@@ -70,6 +70,11 @@ const fs::path& scratch() {
     std::ofstream(d / "no_layers.json") << R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 0,
       "vocab_size": 1000, "num_attention_heads": 8, "num_key_value_heads": 8, "intermediate_size": 64})";
     std::ofstream(d / "seq0.json") << R"({"model": "qwen3.5-35b-a3b", "gpus": 32, "seq_len": 0})";
+    std::ofstream(d / "lengths_ok.txt") << "4096\n65536\n4096\n";
+    std::ofstream(d / "lengths_negative.txt") << "4096\n-3\n";
+    std::ofstream(d / "lengths_fraction.json") << "[4096, 1.5]";
+    std::ofstream(d / "lengths_empty.txt") << "";
+    std::ofstream(d / "lengths_too_long.txt") << "4096\n300000\n";
     return d;
   }();
   return dir;
@@ -346,6 +351,25 @@ std::vector<Bad> bad_invocations() {
        {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json"), "--out", path("missing_dir/runs.json")}, {"missing_dir"}},
       {"ingest megatron unknown flag", {"ingest", "megatron", path("good.log"), "--plan", path("plan_ok.json"), "--out", path("runs.json"), "--rank", "0"},
        {"--rank", "ingest megatron"}},
+      {"estimate --seq-lengths with a negative length",
+       {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--ep", "8", "--cp", "4", "--seq-lengths",
+        path("lengths_negative.txt"), "--out", path("never.json")},
+       {"lengths_negative.txt", "-3"}},
+      {"estimate --seq-lengths with a fractional length",
+       {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq-lengths", path("lengths_fraction.json")},
+       {"1.5"}},
+      {"estimate --seq-lengths empty", {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq-lengths",
+                                        path("lengths_empty.txt")}, {"empty"}},
+      {"estimate --seq-lengths beyond the model's positions",
+       {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq-lengths", path("lengths_too_long.txt")},
+       {"300000", "max_position_embeddings"}},
+      {"estimate --seq-lengths with a budget below a sequence at cp 1",
+       {"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--ep", "8", "--seq-lengths", path("lengths_ok.txt"),
+        "--tokens-per-microbatch", "16k", "--out", path("never.json")},
+       {"65536", "--tokens-per-microbatch 16384"}},
+      {"estimate --seq-lengths and --seq", est({"--seq-lengths", path("lengths_ok.txt")}), {"--seq", "--seq-lengths"}},
+      {"estimate --tokens-per-microbatch without --seq-lengths", est({"--tokens-per-microbatch", "16k"}),
+       {"--seq-lengths"}},
       {"calibrate without measurements", {"calibrate", "--out", path("calib.json")}, {"--measurements"}},
       {"calibrate with a missing measurements file",
        {"calibrate", "--measurements", path("no_such_runs.json"), "--out", path("calib.json")}, {"no_such_runs.json"}},
@@ -405,6 +429,20 @@ TEST(GoodInvocation, EstimateReferencePlan) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("GiB"), std::string::npos) << r.out;
   EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+// Variable-length batches: the fullest microbatch's table, then the batches' peak percentiles and straggler.
+TEST(GoodInvocation, EstimateOverSequenceLengths) {
+  const fs::path lengths = scratch() / "lengths_good.txt";
+  std::ofstream(lengths) << "4096\n4096\n4096\n65536\n";
+  const Outcome r = run_lcplan({"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--ep", "8", "--cp", "4",
+                                "--fsdp", "--recompute", "full", "--seq-lengths", lengths.string(),
+                                "--tokens-per-microbatch", "32k", "--global-tokens", "4M", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j.at("batches").at("peak_bytes").at("max").get<double>(), 0);
+  EXPECT_GE(j.at("batches").at("straggler_share").get<double>(), 0);
+  EXPECT_EQ(j.at("batches").at("tokens_per_microbatch").at("max").get<double>(), 131072);
 }
 
 TEST(GoodInvocation, EstimateJsonOutIsTheRecord) {

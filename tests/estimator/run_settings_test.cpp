@@ -10,6 +10,7 @@
 #include "estimator/run_physics.h"
 #include "models/zoo.h"
 #include "tests/common/toy_model.h"
+#include "tests/common/zoo_profile.h"
 
 using namespace lcplan;
 using lcplan::testing::bare_calibration;
@@ -22,10 +23,7 @@ using lcplan::testing::zoo_plan;
 namespace {
 
 
-struct Zoo : ::testing::Test {
-  Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
-  Calibration profile = load_calibration("default", data_dir());
-  Calibration cal(const Plan& p) const { return calibration_for(profile, hw.name, p.implementation); }
+struct Zoo : ::testing::Test, lcplan::testing::ZooProfile {
   TimeEstimate time(const ModelSpec& m, const Plan& p) const {
     EXPECT_FALSE(check_plan(m, p)) << check_plan(m, p)->message;
     return estimate_time(m, p, hw, cal(p));

@@ -1,0 +1,61 @@
+#include "cli/batch_flags.h"
+
+#include "common/user_error.h"
+
+namespace lcplan::cli {
+
+void add_batch_flags(CLI::App* cmd, BatchFlags& f) {
+  cmd->add_option("--seq-lengths", f.seq_lengths,
+                  "sequence lengths of the run's batches (one per line, a JSON list, or a JSON list of [length, count]); "
+                  "replaces --seq");
+  cmd->add_option("--tokens-per-microbatch", f.tokens_per_microbatch,
+                  "with --seq-lengths: tokens per GPU per microbatch (x cp per microbatch), packed first-fit decreasing "
+                  "(default: --micro-batch sequences per microbatch)");
+  cmd->add_option("--global-tokens", f.global_tokens, "with --seq-lengths: tokens per step instead of --global-batch sequences");
+  cmd->add_option("--samples", f.samples, "with --seq-lengths: steps drawn from the distribution (default 16)");
+  cmd->add_option("--seed", f.seed, "with --seq-lengths: seed of the draws (default 1)");
+  cmd->add_flag("--beyond-max-position", f.beyond_max_position,
+                "with --seq-lengths: the run extends positions past the model's max_position_embeddings (YaRN, RoPE scaling)");
+}
+
+std::optional<LengthDistribution> read_batch_lengths(const BatchFlags& f, PlanFlags& plan_flags) {
+  const bool packing_flags = !f.tokens_per_microbatch.empty() || !f.global_tokens.empty() || !f.samples.empty() ||
+                             !f.seed.empty() || f.beyond_max_position;
+  if (f.seq_lengths.empty()) {
+    if (packing_flags)
+      throw UserError("--tokens-per-microbatch, --global-tokens, --samples, --seed and --beyond-max-position need "
+                      "--seq-lengths FILE");
+    return std::nullopt;
+  }
+  if (!plan_flags.seq.empty())
+    throw UserError("--seq " + plan_flags.seq + " and --seq-lengths " + f.seq_lengths +
+                    " both give the sequence length (valid: one of them)");
+  LengthDistribution d = read_seq_lengths_file(f.seq_lengths);
+  plan_flags.seq = std::to_string(d.max_length());
+  return d;
+}
+
+PackingOptions prepare_batches(const BatchFlags& f, const LengthDistribution& dist, const ModelSpec& m, Plan& plan) {
+  if (m.max_position > 0 && dist.max_length() > m.max_position && !f.beyond_max_position)
+    throw UserError("--seq-lengths " + f.seq_lengths + " holds a sequence of " + std::to_string(dist.max_length()) +
+                    " tokens, above the model's max_position_embeddings " + std::to_string(m.max_position) +
+                    " (valid: shorter sequences, or --beyond-max-position when the run extends positions)");
+  PackingOptions o;
+  if (!f.tokens_per_microbatch.empty()) o.tokens_per_microbatch = parse_size(f.tokens_per_microbatch, "--tokens-per-microbatch");
+  if (!f.global_tokens.empty()) {
+    if (plan.global_batch > 0)
+      throw UserError("--global-tokens " + f.global_tokens + " and a global batch of " + std::to_string(plan.global_batch) +
+                      " sequences both size the step (valid: one of them)");
+    o.global_tokens = parse_size(f.global_tokens, "--global-tokens");
+  }
+  if (o.tokens_per_microbatch > 0 && plan.micro_batch != 1)
+    throw UserError("--tokens-per-microbatch " + f.tokens_per_microbatch + " and --micro-batch " +
+                    std::to_string(plan.micro_batch) + " both size the microbatch (valid: one of them)");
+  if (!f.samples.empty()) o.samples = parse_int_in(f.samples, "--samples", 1, 10000);
+  if (!f.seed.empty()) o.seed = uint64_t(parse_int_in(f.seed, "--seed", 0, 2147483647));
+  const int64_t mult = sequence_multiple(plan);
+  plan.seq_len = (dist.max_length() + mult - 1) / mult * mult;
+  return o;
+}
+
+}  // namespace lcplan::cli

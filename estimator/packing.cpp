@@ -1,0 +1,330 @@
+#include "estimator/packing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "common/user_error.h"
+#include "estimator/flops.h"
+
+namespace lcplan {
+
+namespace {
+
+// Lengths above this are not sequences anyone trains on (and keep sums of a step far from overflow).
+constexpr int64_t kMaxLength = int64_t(1) << 32;
+
+int64_t parse_length(const std::string& text, const std::string& where) {
+  const bool digits = !text.empty() && text.size() <= 12 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const int64_t v = digits ? std::stoll(text) : 0;
+  if (!digits || v < 1 || v > kMaxLength)
+    throw UserError(where + " holds \"" + text + "\", not a sequence length (valid: a whole number of tokens from 1 to " +
+                    std::to_string(kMaxLength) + ")");
+  return v;
+}
+
+int64_t json_length(const nlohmann::json& v, const std::string& where) {
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLength)
+    throw UserError(where + " holds " + v.dump() + ", not a sequence length (valid: a whole number of tokens from 1 to " +
+                    std::to_string(kMaxLength) + ")");
+  return v.get<int64_t>();
+}
+
+LengthDistribution from_counts(const std::map<int64_t, double>& counts, const std::string& source) {
+  LengthDistribution d;
+  for (const auto& [l, c] : counts)
+    if (c > 0) d.lengths.push_back(l), d.weights.push_back(c);
+  if (d.lengths.empty()) throw UserError(source + " lists no sequence (valid: at least one length with a positive count)");
+  return d;
+}
+
+LengthDistribution parse_json_lengths(const std::string& text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(source + " is not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_array())
+    throw UserError(source + " must be a JSON list of lengths or of [length, count] pairs");
+  std::map<int64_t, double> counts;
+  for (const auto& e : j) {
+    if (e.is_array()) {
+      if (e.size() != 2 || !e[1].is_number() || !(e[1].get<double>() >= 0) || !std::isfinite(e[1].get<double>()))
+        throw UserError(source + " holds " + e.dump() + " (valid histogram entry: [length, count] with a count of 0 or more)");
+      counts[json_length(e[0], source)] += e[1].get<double>();
+    } else {
+      counts[json_length(e, source)] += 1;
+    }
+  }
+  return from_counts(counts, source);
+}
+
+// Uniform in [0, 1) from 53 random bits: the same draws on every platform (std distributions are not specified).
+double uniform(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }
+
+}  // namespace
+
+double LengthDistribution::mean_length() const {
+  double n = 0, s = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) n += weights[i], s += weights[i] * double(lengths[i]);
+  return n > 0 ? s / n : 0;
+}
+
+LengthDistribution parse_seq_lengths(const std::string& text, const std::string& source) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) throw UserError(source + " is empty (valid: one length per line, or a JSON list)");
+  if (text[first] == '[') return parse_json_lengths(text, source);
+  std::map<int64_t, double> counts;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    line = line.substr(0, line.find('#'));
+    const size_t a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
+    if (a == std::string::npos) continue;
+    counts[parse_length(line.substr(a, b - a + 1), source + " line " + std::to_string(n))] += 1;
+  }
+  return from_counts(counts, source);
+}
+
+LengthDistribution read_seq_lengths_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw UserError("cannot read the sequence-length file " + path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return parse_seq_lengths(s.str(), path);
+}
+
+int64_t sequence_multiple(const Plan& p) {
+  const Parallel& q = p.parallel;
+  return q.cp > 1 ? int64_t(2) * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
+}
+
+std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthDistribution& dist, const Plan& p,
+                                                                  const PackingOptions& o) {
+  const int64_t mult = sequence_multiple(p);
+  const int dp = data_parallel(p);
+  const int64_t capacity = o.tokens_per_microbatch * p.parallel.cp;
+  const int64_t longest = (dist.max_length() + mult - 1) / mult * mult;
+  if (o.tokens_per_microbatch > 0 && longest > capacity)
+    throw UserError("the longest sequence (" + std::to_string(longest) + " tokens, padded to a multiple of " +
+                    std::to_string(mult) + ") exceeds --tokens-per-microbatch " + std::to_string(o.tokens_per_microbatch) +
+                    " x cp " + std::to_string(p.parallel.cp) + " (valid: a budget of at least " +
+                    std::to_string((longest + p.parallel.cp - 1) / p.parallel.cp) + " tokens per GPU, or a larger cp)");
+  std::vector<double> cumulative(dist.weights.size());
+  std::partial_sum(dist.weights.begin(), dist.weights.end(), cumulative.begin());
+  std::mt19937_64 rng(o.seed);
+  const int sequences = effective_global_batch(p);
+  // A step is drawn sequence by sequence: bound the draws so a typo cannot exhaust memory or time.
+  constexpr double kMaxDraws = 1e7;
+  const double per_step = o.global_tokens > 0 ? double(o.global_tokens) / dist.mean_length() : double(sequences);
+  if (per_step * o.samples > kMaxDraws)
+    throw UserError("drawing " + std::to_string(o.samples) + " steps of about " + std::to_string(int64_t(per_step)) +
+                    " sequences each is too many (valid: at most 10,000,000 sequences over all drawn steps; fewer "
+                    "--samples or a smaller step)");
+  std::vector<std::vector<std::vector<PackedMicrobatch>>> steps;
+  for (int s = 0; s < o.samples; ++s) {
+    // The step's sequences, padded.
+    std::vector<int64_t> drawn;
+    int64_t tokens = 0;
+    while (o.global_tokens > 0 ? tokens < o.global_tokens : int(drawn.size()) < sequences) {
+      const double u = uniform(rng) * cumulative.back();
+      const size_t i = std::min(size_t(std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin()),
+                                cumulative.size() - 1);
+      drawn.push_back((dist.lengths[i] + mult - 1) / mult * mult);
+      tokens += drawn.back();
+    }
+    if (int(drawn.size()) < dp)
+      throw UserError("a step of " + std::to_string(drawn.size()) + " sequences leaves DP ranks idle (dp = " +
+                      std::to_string(dp) + "; valid: a global batch of at least dp sequences)");
+    // Balance tokens over DP ranks, longest first to the least loaded (the trainers' sequence balancing).
+    std::vector<std::vector<int64_t>> ranks(dp);
+    std::vector<int64_t> load(dp, 0);
+    std::vector<int64_t> order = drawn;
+    if (o.tokens_per_microbatch > 0) std::stable_sort(order.begin(), order.end(), std::greater<>());
+    for (size_t k = 0; k < order.size(); ++k) {
+      // Fixed micro_batch: every rank takes the same number of sequences, dealt in turn as drawn.
+      const int r = o.tokens_per_microbatch > 0 ? int(std::min_element(load.begin(), load.end()) - load.begin()) : int(k % dp);
+      ranks[r].push_back(order[k]);
+      load[r] += order[k];
+    }
+    std::vector<std::vector<PackedMicrobatch>> step(dp);
+    for (int r = 0; r < dp; ++r) {
+      std::vector<PackedMicrobatch>& bins = step[r];
+      for (int64_t l : ranks[r]) {
+        PackedMicrobatch* bin = nullptr;
+        if (o.tokens_per_microbatch > 0) {  // first fit (the lengths arrive in decreasing order)
+          for (auto& b : bins)
+            if (b.tokens + l <= capacity) { bin = &b; break; }
+        } else if (!bins.empty() && int(bins.back().lengths.size()) < p.micro_batch) {
+          bin = &bins.back();
+        }
+        if (!bin) bin = &bins.emplace_back();
+        bin->lengths.push_back(l);
+        bin->tokens += l;
+      }
+      for (auto& b : bins) std::sort(b.lengths.begin(), b.lengths.end(), std::greater<>());
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+Plan microbatch_plan(const Plan& p, const PackedMicrobatch& mb, int microbatches) {
+  Plan q = p;
+  const int dp = data_parallel(p);
+  if (std::all_of(mb.lengths.begin(), mb.lengths.end(), [&](int64_t l) { return l == mb.lengths.front(); })) {
+    q.seq_len = mb.lengths.front();
+    q.micro_batch = int(mb.lengths.size());
+    q.packed_lengths.clear();
+  } else {
+    q.seq_len = mb.tokens;
+    q.micro_batch = 1;
+    q.packed_lengths = mb.lengths;
+  }
+  q.global_batch = q.micro_batch * dp * microbatches;
+  return q;
+}
+
+namespace {
+
+// One microbatch shape's costs: its step with one and with `ref` microbatches per DP rank (the most any rank drew),
+// so a rank's step is the sum of its microbatches' increments plus the fixed part (bubble, optimizer, step
+// overhead) they share; its peak with `ref` microbatches in flight, as a pipeline holds them.
+struct ShapeCost {
+  double one = 0, increment = 0, peak = 0, flops = 0;
+  double fixed() const { return one - increment; }
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = size_t(std::ceil(q * double(v.size()))) - (q > 0 ? 1 : 0);
+  return v[std::min(i, v.size() - 1)];
+}
+
+}  // namespace
+
+BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal,
+                               const LengthDistribution& dist, const PackingOptions& o) {
+  const auto steps = draw_steps(dist, p, o);
+  int ref = 1;
+  for (const auto& step : steps)
+    for (const auto& rank : step) ref = std::max(ref, int(rank.size()));
+  std::map<std::vector<int64_t>, ShapeCost> shapes;
+  auto cost = [&](const PackedMicrobatch& mb) -> const ShapeCost& {
+    auto it = shapes.find(mb.lengths);
+    if (it != shapes.end()) return it->second;
+    ShapeCost c;
+    const Estimate full = estimate(m, microbatch_plan(p, mb, ref), hw, cal);
+    c.one = ref == 1 ? full.time.step_seconds : estimate_time(m, microbatch_plan(p, mb, 1), hw, cal).step_seconds;
+    c.increment = ref == 1 ? c.one : (full.time.step_seconds - c.one) / (ref - 1);
+    c.peak = full.memory.peak_bytes;
+    c.flops = full.time.model_flops_per_step / data_parallel(p) / ref;
+    return shapes.emplace(mb.lengths, c).first->second;
+  };
+  BatchEstimate b;
+  b.steps = int(steps.size());
+  std::vector<double> step_times, peaks, tokens;
+  double flops = 0, drawn_tokens = 0, straggler = 0, rank_sum = 0, mbs = 0;
+  const PackedMicrobatch* worst = nullptr;
+  for (const auto& step : steps) {
+    double slowest = 0, ranks_total = 0;
+    for (const auto& rank : step) {
+      double t = 0;
+      const bool alike = std::all_of(rank.begin(), rank.end(), [&](const PackedMicrobatch& x) { return x.lengths == rank.front().lengths; });
+      if (alike) {  // one shape: the plan itself, exactly
+        t = estimate_time(m, microbatch_plan(p, rank.front(), int(rank.size())), hw, cal).step_seconds;
+      } else {
+        double fixed = 0;
+        for (const auto& mb : rank) t += cost(mb).increment, fixed += cost(mb).fixed();
+        t += fixed / double(rank.size());
+      }
+      for (const auto& mb : rank) {
+        const ShapeCost& c = cost(mb);
+        flops += c.flops, drawn_tokens += double(mb.tokens), mbs += 1;
+        peaks.push_back(c.peak), tokens.push_back(double(mb.tokens));
+        if (!worst || c.peak > cost(*worst).peak) worst = &mb;
+      }
+      slowest = std::max(slowest, t);
+      ranks_total += t;
+    }
+    const double mean_rank = ranks_total / double(step.size());
+    step_times.push_back(slowest);
+    straggler += (slowest - mean_rank) / slowest;
+    rank_sum += mean_rank;
+  }
+  const double n = double(steps.size());
+  b.step_mean = std::accumulate(step_times.begin(), step_times.end(), 0.0) / n;
+  b.step_p10 = percentile(step_times, 0.1);
+  b.step_p90 = percentile(step_times, 0.9);
+  b.rank_mean = rank_sum / n;
+  b.straggler_share = straggler / n;
+  b.tokens_per_second_per_gpu = drawn_tokens / n / b.step_mean / p.gpus;
+  b.tflops_per_gpu = flops / n / b.step_mean / p.gpus / 1e12;
+  b.microbatches_mean = mbs / n / double(data_parallel(p));
+  b.peak_p99_bytes = percentile(peaks, 0.99);
+  b.peak_max_bytes = *std::max_element(peaks.begin(), peaks.end());
+  b.tokens_p50 = percentile(tokens, 0.5);
+  b.tokens_max = *std::max_element(tokens.begin(), tokens.end());
+  b.worst = *worst;
+  b.worst_plan = microbatch_plan(p, *worst, ref);
+  b.worst_estimate = estimate(m, b.worst_plan, hw, cal);
+  b.fits = b.worst_estimate.fits;
+  return b;
+}
+
+nlohmann::json batch_estimate_to_json(const BatchEstimate& b) {
+  return {{"steps_drawn", b.steps},
+          {"step_seconds", {{"mean", b.step_mean}, {"p10", b.step_p10}, {"p90", b.step_p90}}},
+          {"mean_rank_step_seconds", b.rank_mean},
+          {"straggler_share", b.straggler_share},
+          {"tokens_per_second_per_gpu", b.tokens_per_second_per_gpu},
+          {"tflops_per_gpu", b.tflops_per_gpu},
+          {"microbatches_per_dp_rank", b.microbatches_mean},
+          {"tokens_per_microbatch", {{"p50", b.tokens_p50}, {"max", b.tokens_max}}},
+          {"peak_bytes", {{"p99", b.peak_p99_bytes}, {"max", b.peak_max_bytes}}},
+          {"worst_microbatch", b.worst.lengths},
+          {"fits", b.fits}};
+}
+
+std::string batch_estimate_table(const BatchEstimate& b, const LengthDistribution& dist, const PackingOptions& o) {
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  char buf[1024];
+  std::string s;
+  double n = 0;
+  for (double w : dist.weights) n += w;
+  std::snprintf(buf, sizeof buf,
+                "Variable-length batches: %zu distinct lengths (mean %.0f, max %lld tokens), %s, %d steps drawn (seed %llu)\n",
+                dist.lengths.size(), dist.mean_length(), static_cast<long long>(dist.max_length()),
+                o.tokens_per_microbatch > 0
+                    ? ("packed first-fit decreasing into " + std::to_string(o.tokens_per_microbatch) + " tokens per GPU per microbatch").c_str()
+                    : "the plan's micro batch of sequences per microbatch",
+                b.steps, static_cast<unsigned long long>(o.seed));
+  s += buf;
+  std::snprintf(buf, sizeof buf, "  microbatches per DP rank %.1f; tokens per microbatch: median %.0f, max %.0f\n",
+                b.microbatches_mean, b.tokens_p50, b.tokens_max);
+  s += buf;
+  std::snprintf(buf, sizeof buf,
+                "  peak memory per GPU: %.2f GiB at the 99th-percentile microbatch, %.2f GiB at the fullest (%zu sequence%s, %lld tokens) -> %s\n",
+                b.peak_p99_bytes / GiB, b.peak_max_bytes / GiB, b.worst.lengths.size(), b.worst.lengths.size() == 1 ? "" : "s",
+                static_cast<long long>(b.worst.tokens), b.fits ? "FITS" : "DOES NOT FIT");
+  s += buf;
+  std::snprintf(buf, sizeof buf,
+                "  step: expected %.3f s (10th-90th percentile of the drawn steps %.3f-%.3f s); the mean DP rank %.3f s, "
+                "the straggler %.1f%% of the step\n",
+                b.step_mean, b.step_p10, b.step_p90, b.rank_mean, 100 * b.straggler_share);
+  s += buf;
+  std::snprintf(buf, sizeof buf, "  %.1f TFLOP/s per GPU (each sequence's own causal square), %.0f tokens/s per GPU\n",
+                b.tflops_per_gpu, b.tokens_per_second_per_gpu);
+  s += buf;
+  return s;
+}
+
+}  // namespace lcplan

@@ -1,0 +1,202 @@
+// Variable-length batches (estimator/packing.h): one length reproduces the fixed-length estimate, packed attention
+// costs the sum of squares, the packing keeps its budget and its draws, bad length files are refused.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/data_dir.h"
+#include "common/user_error.h"
+#include "estimator/flops.h"
+#include "estimator/packing.h"
+#include "estimator/plan_rules.h"
+#include "models/zoo.h"
+#include "tests/common/toy_model.h"
+#include "tests/common/zoo_profile.h"
+
+using namespace lcplan;
+using lcplan::testing::zoo_plan;
+
+namespace {
+
+struct Packing : ::testing::Test, lcplan::testing::ZooProfile {};
+
+LengthDistribution one_length(int64_t l) { return {{l}, {1.0}}; }
+
+// 70% at 4K and 30% at 16K: the bimodal mix of short prompts and long rollouts, scaled down.
+LengthDistribution bimodal() { return {{4096, 16384}, {7.0, 3.0}}; }
+
+}  // namespace
+
+// The first acceptance: a distribution of one length is the plan at that length, for every zoo model, with the
+// micro batch as the packing (sequences per microbatch) and as a token budget of the same size.
+TEST_F(Packing, OneLengthReproducesTheFixedLengthEstimateOverTheZoo) {
+  int checked = 0;
+  for (const std::string& name : zoo_names(data_dir())) {
+    const ModelSpec m = load_model(name, data_dir());
+    Plan p = zoo_plan(name, 8, 8192);
+    p.micro_batch = 2;
+    p.global_batch = 32;
+    p.parallel.tp = 2;
+    if (check_plan(m, p)) continue;
+    const Estimate fixed = estimate(m, p, hw, cal(p));
+    for (int64_t budget : {int64_t(0), int64_t(2 * 8192)}) {
+      PackingOptions o;
+      o.tokens_per_microbatch = budget;
+      o.samples = 2;
+      Plan q = p;
+      if (budget) q.micro_batch = 1;  // the budget sizes the microbatch
+      const BatchEstimate b = estimate_batches(m, q, hw, cal(q), one_length(8192), o);
+      SCOPED_TRACE(name + (budget ? " with a token budget" : " with a micro batch"));
+      EXPECT_DOUBLE_EQ(b.step_mean, fixed.time.step_seconds);
+      EXPECT_DOUBLE_EQ(b.peak_max_bytes, fixed.memory.peak_bytes);
+      EXPECT_NEAR(b.tflops_per_gpu, fixed.time.tflops_per_gpu, 1e-9 * fixed.time.tflops_per_gpu);
+      EXPECT_NEAR(b.tokens_per_second_per_gpu, fixed.time.tokens_per_second_per_gpu,
+                  1e-9 * fixed.time.tokens_per_second_per_gpu);
+      EXPECT_EQ(b.straggler_share, 0.0);
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+// Megatron-LM counts THD attention by the sum of L_i^2 (training.py): a packed microbatch's attention core is that
+// sum over the square of the sum, and its linear layers are those of the same tokens in one sequence.
+TEST(PackedFlops, AttentionCostsTheSumOfSquares) {
+  const ModelSpec m = lcplan::testing::toy_model();
+  const std::vector<int64_t> packed = {4096, 1024, 1024, 2048};
+  const double tokens = 8192, squares = 4096.0 * 4096 + 2 * 1024.0 * 1024 + 2048.0 * 2048;
+  const LayerFlops one = layer_forward_flops(m, m.layers[0], tokens);
+  const LayerFlops mix = layer_forward_flops(m, m.layers[0], tokens, 0, packed);
+  EXPECT_DOUBLE_EQ(mix.attn_core / one.attn_core, squares / (tokens * tokens));
+  EXPECT_DOUBLE_EQ(mix.proj, one.proj);
+  EXPECT_DOUBLE_EQ(mix.dense_mlp, one.dense_mlp);
+  EXPECT_DOUBLE_EQ(packed_context(tokens, 0, {}), causal_context(tokens, 0));
+}
+
+// The time model spends the attention cores' FLOPs at the rate of the packed sequences (their FLOP-weighted length):
+// with a flat efficiency curve the attention time is exactly the sum of squares' share of the single sequence's.
+TEST_F(Packing, PackedAttentionTimeScalesWithTheSumOfSquares) {
+  const ModelSpec m = load_model("llama-3.1-8b", data_dir());
+  Plan whole = zoo_plan("llama-3.1-8b", 8, 32768);
+  whole.global_batch = 8;
+  Plan packed = whole;
+  packed.packed_lengths = {16384, 8192, 4096, 4096};
+  ASSERT_FALSE(check_plan(m, packed)) << check_plan(m, packed)->message;
+  Calibration flat = cal(whole);
+  flat.attention_half_seq = 0;
+  const double a_whole = estimate_time(m, whole, hw, flat).breakdown.compute_attention;
+  const double a_packed = estimate_time(m, packed, hw, flat).breakdown.compute_attention;
+  const double squares = 16384.0 * 16384 + 8192.0 * 8192 + 2 * 4096.0 * 4096;
+  EXPECT_NEAR(a_packed / a_whole, squares / (32768.0 * 32768), 1e-9);
+  // With the profile's curve the shorter sequences run attention less efficiently: more than the FLOP share.
+  const double c_whole = estimate_time(m, whole, hw, cal(whole)).breakdown.compute_attention;
+  const double c_packed = estimate_time(m, packed, hw, cal(packed)).breakdown.compute_attention;
+  EXPECT_GT(c_packed / c_whole, squares / (32768.0 * 32768));
+}
+
+// Every drawn sequence lands in exactly one microbatch, no microbatch exceeds its budget, the DP ranks' tokens differ
+// by at most one sequence, and the same seed draws the same steps.
+TEST(PackingDraws, FirstFitDecreasingKeepsTheBudgetAndTheDraws) {
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, 16384);
+  p.parallel.cp = 2;
+  p.global_batch = 64;
+  PackingOptions o;
+  o.tokens_per_microbatch = 16384;  // 32768 tokens per microbatch over cp 2
+  o.samples = 4;
+  o.seed = 7;
+  const LengthDistribution d = {{1000, 3000, 9000, 30000}, {4, 3, 2, 1}};
+  const auto steps = draw_steps(d, p, o);
+  ASSERT_EQ(steps.size(), 4u);
+  for (const auto& step : steps) {
+    ASSERT_EQ(int(step.size()), data_parallel(p));
+    int sequences = 0;
+    std::vector<int64_t> load;
+    for (const auto& rank : step) {
+      int64_t tokens = 0;
+      for (const auto& mb : rank) {
+        EXPECT_LE(mb.tokens, 32768);
+        EXPECT_EQ(mb.tokens, std::accumulate(mb.lengths.begin(), mb.lengths.end(), int64_t(0)));
+        for (int64_t l : mb.lengths) EXPECT_EQ(l % sequence_multiple(p), 0);  // padded to 2*cp*tp
+        sequences += int(mb.lengths.size());
+        tokens += mb.tokens;
+      }
+      load.push_back(tokens);
+    }
+    EXPECT_EQ(sequences, 64);
+    EXPECT_LE(*std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end()), 30000 + 4);
+  }
+  const auto again = draw_steps(d, p, o);
+  EXPECT_EQ(again[3][1][0].lengths, steps[3][1][0].lengths);
+  o.seed = 8;
+  const auto other = draw_steps(d, p, o);
+  bool differs = false;
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (size_t r = 0; r < steps[s].size(); ++r) differs |= other[s][r].size() != steps[s][r].size() ||
+                                                            other[s][r][0].lengths != steps[s][r][0].lengths;
+  EXPECT_TRUE(differs);
+}
+
+// Memory is read at the fullest microbatch and the step at the slowest rank: a bimodal mix puts the peak at the
+// long sequences' microbatch and leaves a straggler; the record's worst estimate is that microbatch's plan.
+TEST_F(Packing, BimodalBatchesPeakAtTheFullestMicrobatchAndWaitForTheStraggler) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, 16384);
+  p.parallel.cp = 2;
+  p.parallel.ep = 8;
+  p.global_batch = 64;
+  PackingOptions o;
+  o.tokens_per_microbatch = 8192;
+  o.samples = 8;
+  const BatchEstimate b = estimate_batches(m, p, hw, cal(p), bimodal(), o);
+  EXPECT_GE(b.peak_max_bytes, b.peak_p99_bytes);
+  EXPECT_EQ(b.tokens_max, 16384);
+  EXPECT_DOUBLE_EQ(b.worst_estimate.memory.peak_bytes, estimate(m, b.worst_plan, hw, cal(p)).memory.peak_bytes);
+  EXPECT_DOUBLE_EQ(b.worst_estimate.memory.peak_bytes, b.peak_max_bytes);
+  EXPECT_GT(b.straggler_share, 0.0);
+  EXPECT_LT(b.straggler_share, 0.5);
+  EXPECT_GE(b.step_mean, b.rank_mean);
+  EXPECT_LE(b.step_p10, b.step_mean);
+  EXPECT_GE(b.step_p90, b.step_mean * 0.999);
+  // Fewer attention FLOPs than the same tokens as 16K sequences: faster per token than the fixed-length plan.
+  Plan fixed = p;
+  fixed.seq_len = 16384;
+  fixed.micro_batch = 1;
+  EXPECT_GT(b.tokens_per_second_per_gpu, estimate(m, fixed, hw, cal(p)).time.tokens_per_second_per_gpu);
+}
+
+TEST(SeqLengthFiles, ReadLinesListsAndHistograms) {
+  const LengthDistribution lines = parse_seq_lengths("4096\n# a comment\n\n8192  \n4096\n", "f");
+  EXPECT_EQ(lines.lengths, (std::vector<int64_t>{4096, 8192}));
+  EXPECT_EQ(lines.weights, (std::vector<double>{2, 1}));
+  const LengthDistribution list = parse_seq_lengths("[8192, 4096, 4096]", "f");
+  EXPECT_EQ(list.lengths, lines.lengths);
+  EXPECT_EQ(list.weights, lines.weights);
+  const LengthDistribution hist = parse_seq_lengths("[[4096, 2], [8192, 1], [100, 0]]", "f");
+  EXPECT_EQ(hist.lengths, lines.lengths);
+  EXPECT_DOUBLE_EQ(hist.mean_length(), (2 * 4096 + 8192) / 3.0);
+}
+
+TEST(SeqLengthFiles, BadInputIsOneSentence) {
+  for (const char* text : {"", "  \n", "0\n", "-5\n", "1.5\n", "4k\n", "99999999999999\n", "[]", "[0]", "[1.5]",
+                           "[[4096]]", "[[4096, -1]]", "[[4096, 0]]", "{\"a\": 1}", "[4096", "[[4096, \"x\"]]"}) {
+    try {
+      parse_seq_lengths(text, "lengths.txt");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const UserError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("lengths.txt"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+}
+
+// A budget below the longest sequence (cp 1 cannot split it) is refused before anything is estimated.
+TEST(PackingDraws, ABudgetBelowTheLongestSequenceIsRefused) {
+  Plan p = zoo_plan("qwen3-30b-a3b", 8, 16384);
+  PackingOptions o;
+  o.tokens_per_microbatch = 8192;
+  EXPECT_THROW(draw_steps(bimodal(), p, o), UserError);
+  p.global_batch = 4;  // fewer sequences than DP ranks
+  o.tokens_per_microbatch = 16384;
+  EXPECT_THROW(draw_steps(bimodal(), p, o), UserError);
+}
