@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/batch_flags.h"
 #include "cli/commands.h"
 #include "cli/search_flags.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "estimator/estimate.h"
+#include "search/batch_search.h"
 #include "search/emit.h"
 #include "search/megatron_args.h"
 
@@ -20,7 +22,34 @@ struct SearchArgs {
   SearchFlags search;
   std::string emit, out, out_plan = "1";
   bool json = false, explain_rejects = false;
+  BatchFlags batches;
 };
+
+// search --seq-lengths: the layouts and token budgets that maximize expected tokens/s over the drawn batches.
+void search_over_batches(SearchArgs& a, const LengthDistribution& dist) {
+  if (!a.out.empty() || !a.emit.empty() || a.out_plan != "1" || a.explain_rejects)
+    throw UserError("--out, --out-plan, --emit and --explain-rejects do not apply to a search over --seq-lengths yet "
+                    "(valid: the table or --json)");
+  SearchSetup s = prepare_search(a.plan, a.search);
+  print_warnings(s.start);
+  if (s.global_batch_defaulted && !a.batches.global_tokens.empty()) s.base.global_batch = 0;  // tokens size the step
+  const PackingOptions packing = prepare_batches(a.batches, dist, s.in.model, s.base);
+  const BatchSearchResult r =
+      search_batches(s.in.model, s.base, s.space, s.in.hardware, s.in.calibration, s.options, dist, packing);
+  if (a.json) {
+    std::printf("%s\n", batch_search_json(r).dump(2).c_str());
+    return;
+  }
+  std::fputs((run_header(s.base, s.in.model.name, s.in.hardware.name, s.global_batch_defaulted, false) +
+              batch_search_table(r, 8))
+                 .c_str(),
+             stdout);
+  if (r.top.empty()) return;
+  PackingOptions best = packing;
+  best.tokens_per_microbatch = r.top.front().tokens_per_microbatch;
+  std::fputs(("\nthe best plan over the drawn batches:\n" + batch_estimate_table(r.top.front().batches, dist, best)).c_str(),
+             stdout);
+}
 
 // The plan --out writes: the N-th best (1-based) or the reduced recipe; one sentence when there is no such plan.
 const Candidate& chosen_for_out(const std::string& which, const SearchResult& r, const ReducedRecipe& recipe) {
@@ -48,7 +77,13 @@ void register_search(CLI::App& app, int& exit_code) {
   cmd->add_option("--out-plan", a->out_plan,
                   "which plan --out writes: N (the N-th best, default 1) or reduced (the reduced recipe)");
   cmd->add_option("--emit", a->emit, "megatron: print Megatron-LM flags for the best plan");
+  add_batch_flags(cmd, a->batches);
   cmd->callback([a, &exit_code]() {
+    if (const std::optional<LengthDistribution> dist = read_batch_lengths(a->batches, a->plan)) {
+      search_over_batches(*a, *dist);
+      exit_code = 0;
+      return;
+    }
     if (!a->emit.empty() && a->emit != "megatron")
       throw UserError("--emit \"" + a->emit + "\" is not valid (valid: megatron)");
     if (!a->out.empty()) require_loadable_model(a->plan, "--out " + a->out);
