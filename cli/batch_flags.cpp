@@ -1,6 +1,7 @@
 #include "cli/batch_flags.h"
 
 #include "common/user_error.h"
+#include "estimator/plan_rules.h"
 
 namespace lcplan::cli {
 
@@ -56,6 +57,16 @@ PackingOptions prepare_batches(const BatchFlags& f, const LengthDistribution& di
   const int64_t mult = sequence_multiple(plan);
   plan.seq_len = (dist.max_length() + mult - 1) / mult * mult;
   return o;
+}
+
+BatchRecord estimate_batch_record(const BatchFlags& f, const LengthDistribution& dist, const PlanInputs& in, Plan& plan) {
+  BatchRecord r;
+  r.packing = prepare_batches(f, dist, in.model, plan);
+  require_valid_plan(in.model, plan);
+  r.batches = estimate_batches(in.model, plan, in.hardware, in.calibration, dist, r.packing);
+  r.record = estimate_to_json(r.batches.worst_estimate, r.batches.worst_plan);
+  r.record["batches"] = batch_estimate_to_json(r.batches);
+  return r;
 }
 
 }  // namespace lcplan::cli

@@ -29,4 +29,13 @@ std::optional<LengthDistribution> read_batch_lengths(const BatchFlags& f, PlanFl
 // returns the packing options. Bad input throws one UserError sentence.
 PackingOptions prepare_batches(const BatchFlags& f, const LengthDistribution& dist, const ModelSpec& m, Plan& plan);
 
+// estimate and report over --seq-lengths: packs and estimates the plan's batches (prepare_batches, then the plan's
+// rules); the record is the fullest microbatch's estimate record with "batches" added.
+struct BatchRecord {
+  PackingOptions packing;
+  BatchEstimate batches;
+  nlohmann::json record;
+};
+BatchRecord estimate_batch_record(const BatchFlags& f, const LengthDistribution& dist, const PlanInputs& in, Plan& plan);
+
 }  // namespace lcplan::cli

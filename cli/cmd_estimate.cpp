@@ -39,30 +39,28 @@ void register_estimate(CLI::App& app, int& exit_code) {
     StartingPoint start = starting_point(args->plan, /*allow_lists=*/false);
     Plan& plan = start.plan;
     const Inputs in = load_inputs(plan, args->plan.calibration, start.model);
-    std::optional<PackingOptions> packing;
-    if (dist) packing = prepare_batches(args->batches, *dist, in.model, plan);
-    require_valid_plan(in.model, plan);
-    std::optional<BatchEstimate> batches;
-    if (dist) batches = estimate_batches(in.model, plan, in.hardware, in.calibration, *dist, *packing);
-    const Estimate e = batches ? batches->worst_estimate : estimate(in.model, plan, in.hardware, in.calibration);
-    nlohmann::json rec = estimate_to_json(e, batches ? batches->worst_plan : plan);
-    if (batches) rec["batches"] = batch_estimate_to_json(*batches);
-    const std::string record = rec.dump(2) + "\n";
+    std::optional<BatchRecord> batches;
+    if (dist) batches = estimate_batch_record(args->batches, *dist, in, plan);
+    else require_valid_plan(in.model, plan);
+    const Estimate e = batches ? batches->batches.worst_estimate : estimate(in.model, plan, in.hardware, in.calibration);
+    const Plan& shown = batches ? batches->batches.worst_plan : plan;
+    const std::string record = (batches ? batches->record : estimate_to_json(e, plan)).dump(2) + "\n";
     if (!args->out.empty()) write_file_atomic(args->out, record);
     print_warnings(start);
     if (args->json) {
       std::fputs(record.c_str(), stdout);
     } else {
       // Under the run header, one line naming the run settings the plan left to its implementation and their values.
-      std::string table = estimate_table(e, batches ? batches->worst_plan : plan, in.model, in.hardware);
-      if (batches) {
-        table.insert(table.find('\n') + 1, "the tables below: every microbatch like the fullest one drawn (" +
-                                                std::to_string(batches->worst.lengths.size()) + " packed, " +
-                                                std::to_string(batches->worst.tokens) + " tokens); the drawn batches follow them\n");
-        table += "\n" + batch_estimate_table(*batches, *dist, *packing);
-      }
+      std::string table = estimate_table(e, shown, in.model, in.hardware);
       if (!in.assumed.empty())
         table.insert(table.find('\n') + 1, "defaults assumed (" + plan.implementation + "): " + join(in.assumed) + "\n");
+      if (batches) {
+        const BatchEstimate& b = batches->batches;
+        table.insert(table.find('\n') + 1, "the tables below: every microbatch like the fullest one drawn (" +
+                                                std::to_string(b.worst.lengths.size()) + " packed, " +
+                                                std::to_string(b.worst.tokens) + " tokens); the drawn batches follow them\n");
+        table += "\n" + batch_estimate_table(b, *dist, batches->packing);
+      }
       std::fputs(table.c_str(), stdout);
     }
     exit_code = 0;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/batch_flags.h"
 #include "cli/commands.h"
 #include "cli/search_flags.h"
 #include "common/json_file.h"
@@ -21,6 +22,7 @@ struct ReportArgs {
   SearchFlags search;
   bool is_search = false;
   std::string measured, out;
+  BatchFlags batches;
 };
 
 // Without --search a report draws one plan: a list-valued flag gets a sentence that names --search.
@@ -57,8 +59,13 @@ void register_report(CLI::App& app, int& exit_code) {
   add_search_flags(cmd, a->search);
   cmd->add_option("--measured", a->measured, "measurements JSON (lcplan calibrate's format): drawn beside the prediction for the same plan");
   cmd->add_option("--out", a->out, "the HTML file to write (e.g. report.html)")->required();
+  add_batch_flags(cmd, a->batches);
   cmd->callback([a, cmd, &exit_code]() {
     ReportInput in;
+    const std::optional<LengthDistribution> dist = read_batch_lengths(a->batches, a->plan);
+    if (dist && a->is_search)
+      throw UserError("--search with --seq-lengths is not drawn yet (valid: a report of one plan over --seq-lengths, or "
+                      "lcplan search --seq-lengths for the search's table)");
     if (a->is_search) {
       SearchRun run = run_search(a->plan, a->search);
       in.search = search_json(run.result, run.recipe);
@@ -73,9 +80,13 @@ void register_report(CLI::App& app, int& exit_code) {
       StartingPoint start = starting_point(a->plan, /*allow_lists=*/false);
       Plan& plan = start.plan;
       Inputs inputs = load_inputs(plan, a->plan.calibration, start.model);
-      require_valid_plan(inputs.model, plan);
+      if (dist) {
+        in.estimate = estimate_batch_record(a->batches, *dist, inputs, plan).record;
+      } else {
+        require_valid_plan(inputs.model, plan);
+        in.estimate = estimate_to_json(estimate(inputs.model, plan, inputs.hardware, inputs.calibration), plan);
+      }
       print_warnings(start);
-      in.estimate = estimate_to_json(estimate(inputs.model, plan, inputs.hardware, inputs.calibration), plan);
       in.model = std::move(inputs.model);
       in.hardware = std::move(inputs.hardware);
     }

@@ -271,8 +271,13 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
   b.microbatches_mean = mbs / n / double(data_parallel(p));
   b.peak_p99_bytes = percentile(peaks, 0.99);
   b.peak_max_bytes = *std::max_element(peaks.begin(), peaks.end());
+  b.peak_p50_bytes = percentile(peaks, 0.5);
+  b.peak_p90_bytes = percentile(peaks, 0.9);
   b.tokens_p50 = percentile(tokens, 0.5);
   b.tokens_max = *std::max_element(tokens.begin(), tokens.end());
+  constexpr int kBins = 20;
+  for (int i = 0; i < kBins; ++i) b.token_histogram.push_back({b.tokens_max * i / kBins, b.tokens_max * (i + 1) / kBins, 0});
+  for (double t : tokens) ++b.token_histogram[std::min(kBins - 1, int(t / b.tokens_max * kBins))].count;
   b.worst = *worst;
   b.worst_plan = microbatch_plan(p, *worst, ref);
   b.worst_estimate = estimate(m, b.worst_plan, hw, cal);
@@ -281,6 +286,8 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
 }
 
 nlohmann::json batch_estimate_to_json(const BatchEstimate& b) {
+  nlohmann::json histogram = nlohmann::json::array();
+  for (const auto& bin : b.token_histogram) histogram.push_back({bin.low, bin.high, bin.count});
   return {{"steps_drawn", b.steps},
           {"step_seconds", {{"mean", b.step_mean}, {"p10", b.step_p10}, {"p90", b.step_p90}}},
           {"mean_rank_step_seconds", b.rank_mean},
@@ -289,7 +296,9 @@ nlohmann::json batch_estimate_to_json(const BatchEstimate& b) {
           {"tflops_per_gpu", b.tflops_per_gpu},
           {"microbatches_per_dp_rank", b.microbatches_mean},
           {"tokens_per_microbatch", {{"p50", b.tokens_p50}, {"max", b.tokens_max}}},
-          {"peak_bytes", {{"p99", b.peak_p99_bytes}, {"max", b.peak_max_bytes}}},
+          {"peak_bytes", {{"p50", b.peak_p50_bytes}, {"p90", b.peak_p90_bytes}, {"p99", b.peak_p99_bytes},
+                          {"max", b.peak_max_bytes}}},
+          {"token_histogram", histogram},
           {"worst_microbatch", b.worst.lengths},
           {"fits", b.fits}};
 }

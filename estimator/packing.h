@@ -60,7 +60,13 @@ struct BatchEstimate {
   double tflops_per_gpu = 0;             // model FLOPs (each sequence's own square) over the expected step
   double microbatches_mean = 0;          // per DP rank per step
   double peak_p99_bytes = 0, peak_max_bytes = 0;  // per-GPU peak at the 99th-percentile and the fullest microbatch
+  double peak_p50_bytes = 0, peak_p90_bytes = 0;
   double tokens_p50 = 0, tokens_max = 0;           // tokens per microbatch
+  struct Bin {
+    double low = 0, high = 0;  // tokens per microbatch in [low, high)
+    int count = 0;             // drawn microbatches
+  };
+  std::vector<Bin> token_histogram;  // 20 equal bins from 0 to the fullest microbatch
   PackedMicrobatch worst;  // the microbatch with the largest peak
   Plan worst_plan;         // its plan (microbatch_plan)
   Estimate worst_estimate;  // the full estimate at it (the memory table the search fits on)

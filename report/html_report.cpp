@@ -760,6 +760,46 @@ size_t matched_measured_runs(const ReportInput& in) {
   return n;
 }
 
+// Variable-length batches (`estimate --seq-lengths`): the drawn microbatches' tokens as a histogram, the peak by
+// percentile and the step with its straggler.
+std::string batches_section(const json& b) {
+  std::string o = "<h3>Variable-length batches</h3>\n";
+  const json& bins = b.at("token_histogram");
+  double most = 0;
+  for (const json& bin : bins) most = std::max(most, bin.at(2).get<double>());
+  const double W = 720, H = 220, left = 60, bottom = 40, up = 14, plot_w = W - left - 20, plot_h = H - bottom - up;
+  std::string s;
+  const double bar_w = bins.empty() ? 0 : plot_w / double(bins.size());
+  for (size_t i = 0; i < bins.size(); ++i) {
+    const double lo = bins[i].at(0).get<double>(), hi = bins[i].at(1).get<double>(), n = bins[i].at(2).get<double>();
+    const double h = most > 0 ? plot_h * n / most : 0;
+    s += svg::rect(left + bar_w * double(i) + 1, up + plot_h - h, bar_w - 2, h, svg::fill("#4e79a7", "batch-bin"),
+                   fmt("%.0f", n) + " microbatches of " + fmt("%.0f", lo) + " to " + fmt("%.0f", hi) + " tokens");
+  }
+  s += svg::line(left, up + plot_h, left + plot_w, up + plot_h, svg::stroke("#555"));
+  if (!bins.empty()) {
+    s += svg::text(left, up + plot_h + 16, "0", svg::font(11, "start", "#555"));
+    s += svg::text(left + plot_w, up + plot_h + 16, fmt("%.0f", bins.back().at(1).get<double>()) + " tokens",
+                   svg::font(11, "end", "#555"));
+  }
+  s += svg::text(left - 6, up + 10, fmt("%.0f", most), svg::font(11, "end", "#555"));
+  s += svg::text(left + plot_w / 2, H - 6, "tokens per microbatch (drawn steps)", svg::font(11, "middle", "#555"));
+  o += svg::document(W, H, s, "histogram of tokens per microbatch");
+  std::vector<std::vector<std::string>> rows = {
+      {"peak at the median / 90th / 99th percentile / fullest microbatch",
+       fmt("%.2f", value(b, "peak_bytes/p50") / GiB) + " / " + fmt("%.2f", value(b, "peak_bytes/p90") / GiB) + " / " +
+           fmt("%.2f", value(b, "peak_bytes/p99") / GiB) + " / " + fmt("%.2f", value(b, "peak_bytes/max") / GiB) + " GiB"},
+      {"expected step (10th-90th percentile of the drawn steps)",
+       fmt("%.3f", value(b, "step_seconds/mean")) + " s (" + fmt("%.3f", value(b, "step_seconds/p10")) + "-" +
+           fmt("%.3f", value(b, "step_seconds/p90")) + " s)"},
+      {"the mean DP rank's step; the straggler's share", fmt("%.3f", value(b, "mean_rank_step_seconds")) + " s; " +
+                                                             percent(value(b, "straggler_share"))},
+      {"throughput", fmt("%.1f", value(b, "tflops_per_gpu")) + " TFLOP/s, " +
+                         fmt("%.0f", value(b, "tokens_per_second_per_gpu")) + " tokens/s per GPU"},
+      {"microbatches per DP rank", fmt("%.1f", value(b, "microbatches_per_dp_rank"))}};
+  return o + table({"over the drawn batches", "value"}, rows, "kv");
+}
+
 std::string report_html(const ReportInput& in) {
   const json& rec = in.estimate;
   const Plan plan = record_plan(rec);
@@ -796,7 +836,9 @@ std::string report_html(const ReportInput& in) {
       << fmt("%.1f", value(s, "seconds") * 1e3) << " ms</p>\n"
       << pareto_chart(s, in.measured, in.hardware);
   }
-  o << "<h3>Peak memory per pipeline stage</h3>\n" << memory_chart(rec, measured, plan_label(plan)) << memory_table(rec);
+  if (rec.contains("batches")) o << batches_section(rec.at("batches"));
+  o << "<h3>Peak memory per pipeline stage" << (rec.contains("batches") ? " at the fullest microbatch" : "") << "</h3>\n"
+    << memory_chart(rec, measured, plan_label(plan)) << memory_table(rec);
   o << "<h3>Step time</h3>\n";
   std::vector<TimeRow> rows = {{is_search ? "chosen plan" : "plan", &rec, measured}};
   if (recipe) rows.push_back({"reduced recipe", recipe, runs_for(in.measured, record_plan(*recipe), in.hardware)});

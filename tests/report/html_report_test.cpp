@@ -9,6 +9,7 @@
 #include "common/data_dir.h"
 #include "common/user_error.h"
 #include "estimator/estimate.h"
+#include "estimator/packing.h"
 #include "estimator/plan_rules.h"
 #include "models/zoo.h"
 #include "report/html_report.h"
@@ -416,6 +417,37 @@ TEST(Report, LabelsDoNotOverlapAtAnyPipelineDepth) {
       EXPECT_LE(label_bottom, std::min(whisker.num("y1"), whisker.num("y2")) + 0.01) << name;
     }
   }
+}
+
+// A plan over variable-length batches (estimate --seq-lengths): the microbatch histogram's bars are proportional to
+// the record's counts, the peak percentiles and the straggler are printed, and no label overlaps another.
+TEST(Report, VariableLengthBatchesDrawTheirMicrobatchHistogram) {
+  Plan p = reference_plan();
+  p.parallel.pp = 1;
+  const Inputs in = inputs(p);
+  PackingOptions o;
+  o.tokens_per_microbatch = 32768;
+  o.global_tokens = 4 << 20;
+  o.samples = 4;
+  const BatchEstimate b = estimate_batches(in.model, p, in.hw, in.cal, {{4096, 65536, 131072}, {6, 3, 1}}, o);
+  ReportInput r;
+  r.model = in.model;
+  r.hardware = in.hw;
+  r.estimate = estimate_to_json(b.worst_estimate, b.worst_plan);
+  r.estimate["batches"] = batch_estimate_to_json(b);
+  const Markup m = page(r);
+  const auto bars = m.all("rect", "batch-bin");
+  ASSERT_EQ(bars.size(), b.token_histogram.size());
+  int most = 0;
+  for (const auto& bin : b.token_histogram) most = std::max(most, bin.count);
+  double tallest = 0;
+  for (const Element* e : bars) tallest = std::max(tallest, e->num("height"));
+  for (size_t i = 0; i < bars.size(); ++i)
+    EXPECT_NEAR(bars[i]->num("height"), tallest * b.token_histogram[i].count / most, 0.02) << i;
+  const std::string html = report_html(r);
+  EXPECT_NE(html.find(fmt("%.2f", b.peak_p99_bytes / GiB)), std::string::npos);
+  EXPECT_NE(html.find(fmt("%.1f", 100 * b.straggler_share) + "%"), std::string::npos);
+  expect_no_overlapping_text(m, "batches");
 }
 
 TEST(Report, NothingLoadsFromElsewhere) {
