@@ -20,14 +20,10 @@ void add_batch_flags(CLI::App* cmd, BatchFlags& f) {
 }
 
 std::optional<LengthDistribution> read_batch_lengths(const BatchFlags& f, PlanFlags& plan_flags) {
-  const bool packing_flags = !f.tokens_per_microbatch.empty() || !f.global_tokens.empty() || !f.samples.empty() ||
-                             !f.seed.empty() || f.beyond_max_position;
-  if (f.seq_lengths.empty()) {
-    if (packing_flags)
-      throw UserError("--tokens-per-microbatch, --global-tokens, --samples, --seed and --beyond-max-position need "
-                      "--seq-lengths FILE");
-    return std::nullopt;
-  }
+  if (!f.global_tokens.empty() && !plan_flags.global_batch.empty())
+    throw UserError("--global-tokens " + f.global_tokens + " and --global-batch " + plan_flags.global_batch +
+                    " both size the step (valid: one of them)");
+  if (f.seq_lengths.empty()) return std::nullopt;
   if (!plan_flags.seq.empty())
     throw UserError("--seq " + plan_flags.seq + " and --seq-lengths " + f.seq_lengths +
                     " both give the sequence length (valid: one of them)");
@@ -36,36 +32,42 @@ std::optional<LengthDistribution> read_batch_lengths(const BatchFlags& f, PlanFl
   return d;
 }
 
-PackingOptions prepare_batches(const BatchFlags& f, const LengthDistribution& dist, const ModelSpec& m, Plan& plan) {
-  if (m.max_position > 0 && dist.max_length() > m.max_position && !f.beyond_max_position)
-    throw UserError("--seq-lengths " + f.seq_lengths + " holds a sequence of " + std::to_string(dist.max_length()) +
+bool prepare_batches(const BatchFlags& f, const std::optional<LengthDistribution>& dist, const ModelSpec& m, Plan& plan) {
+  const bool packing_flags = !f.tokens_per_microbatch.empty() || !f.global_tokens.empty() || !f.samples.empty() ||
+                             !f.seed.empty() || f.beyond_max_position;
+  if (!dist && !plan.batches) {
+    if (packing_flags)
+      throw UserError("--tokens-per-microbatch, --global-tokens, --samples, --seed and --beyond-max-position need "
+                      "--seq-lengths FILE (or a recipe with \"batches\")");
+    return false;
+  }
+  BatchSpec b = dist ? BatchSpec{*dist, {}} : *plan.batches;
+  const std::string where = dist ? "--seq-lengths " + f.seq_lengths : std::string("the recipe's batches");
+  if (m.max_position > 0 && b.lengths.max_length() > m.max_position && !f.beyond_max_position)
+    throw UserError(where + " holds a sequence of " + std::to_string(b.lengths.max_length()) +
                     " tokens, above the model's max_position_embeddings " + std::to_string(m.max_position) +
                     " (valid: shorter sequences, or --beyond-max-position when the run extends positions)");
-  PackingOptions o;
+  PackingOptions& o = b.packing;
   if (!f.tokens_per_microbatch.empty()) o.tokens_per_microbatch = parse_size(f.tokens_per_microbatch, "--tokens-per-microbatch");
-  if (!f.global_tokens.empty()) {
-    if (plan.global_batch > 0)
-      throw UserError("--global-tokens " + f.global_tokens + " and a global batch of " + std::to_string(plan.global_batch) +
-                      " sequences both size the step (valid: one of them)");
-    o.global_tokens = parse_size(f.global_tokens, "--global-tokens");
-  }
+  if (!f.global_tokens.empty()) o.global_tokens = parse_size(f.global_tokens, "--global-tokens");
   if (o.tokens_per_microbatch > 0 && plan.micro_batch != 1)
-    throw UserError("--tokens-per-microbatch " + f.tokens_per_microbatch + " and --micro-batch " +
+    throw UserError("--tokens-per-microbatch " + std::to_string(o.tokens_per_microbatch) + " and --micro-batch " +
                     std::to_string(plan.micro_batch) + " both size the microbatch (valid: one of them)");
   if (!f.samples.empty()) o.samples = parse_int_in(f.samples, "--samples", 1, 10000);
   if (!f.seed.empty()) o.seed = uint64_t(parse_int_in(f.seed, "--seed", 0, 2147483647));
   const int64_t mult = sequence_multiple(plan);
-  plan.seq_len = (dist.max_length() + mult - 1) / mult * mult;
-  return o;
+  plan.seq_len = (b.lengths.max_length() + mult - 1) / mult * mult;
+  plan.batches = std::make_shared<const BatchSpec>(std::move(b));
+  return true;
 }
 
-BatchRecord estimate_batch_record(const BatchFlags& f, const LengthDistribution& dist, const PlanInputs& in, Plan& plan) {
-  BatchRecord r;
-  r.packing = prepare_batches(f, dist, in.model, plan);
+BatchRecord estimate_batch_record(const PlanInputs& in, const Plan& plan) {
   require_valid_plan(in.model, plan);
-  r.batches = estimate_batches(in.model, plan, in.hardware, in.calibration, dist, r.packing);
+  BatchRecord r;
+  r.batches = estimate_batches(in.model, plan, in.hardware, in.calibration, plan.batches->lengths, plan.batches->packing);
   r.record = estimate_to_json(r.batches.worst_estimate, r.batches.worst_plan);
   r.record["batches"] = batch_estimate_to_json(r.batches);
+  r.record["batches"]["plan"] = plan_to_json(plan);
   return r;
 }
 

@@ -25,17 +25,17 @@ void add_batch_flags(CLI::App* cmd, BatchFlags& f);
 // its longest length so the starting plan has a sequence length.
 std::optional<LengthDistribution> read_batch_lengths(const BatchFlags& f, PlanFlags& plan_flags);
 
-// Checks the distribution against the model and the plan, sets the plan's seq_len to the longest padded sequence and
-// returns the packing options. Bad input throws one UserError sentence.
-PackingOptions prepare_batches(const BatchFlags& f, const LengthDistribution& dist, const ModelSpec& m, Plan& plan);
+// After the starting point: the plan's batches from --seq-lengths and the packing flags, or the recipe's own
+// ("batches", the packing flags overriding its packing). False when the plan has none (then a packing flag is an
+// error). Checks the lengths against the model, sets seq_len to the longest padded sequence.
+bool prepare_batches(const BatchFlags& f, const std::optional<LengthDistribution>& dist, const ModelSpec& m, Plan& plan);
 
-// estimate and report over --seq-lengths: packs and estimates the plan's batches (prepare_batches, then the plan's
-// rules); the record is the fullest microbatch's estimate record with "batches" added.
+// estimate and report over a plan's batches (prepare_batches true): checks the plan's rules, packs and estimates its
+// batches; the record is the fullest microbatch's estimate record with "batches" added and the plan's own record.
 struct BatchRecord {
-  PackingOptions packing;
   BatchEstimate batches;
   nlohmann::json record;
 };
-BatchRecord estimate_batch_record(const BatchFlags& f, const LengthDistribution& dist, const PlanInputs& in, Plan& plan);
+BatchRecord estimate_batch_record(const PlanInputs& in, const Plan& plan);
 
 }  // namespace lcplan::cli

@@ -40,7 +40,7 @@ void register_estimate(CLI::App& app, int& exit_code) {
     Plan& plan = start.plan;
     const Inputs in = load_inputs(plan, args->plan.calibration, start.model);
     std::optional<BatchRecord> batches;
-    if (dist) batches = estimate_batch_record(args->batches, *dist, in, plan);
+    if (prepare_batches(args->batches, dist, in.model, plan)) batches = estimate_batch_record(in, plan);
     else require_valid_plan(in.model, plan);
     const Estimate e = batches ? batches->batches.worst_estimate : estimate(in.model, plan, in.hardware, in.calibration);
     const Plan& shown = batches ? batches->batches.worst_plan : plan;
@@ -59,7 +59,7 @@ void register_estimate(CLI::App& app, int& exit_code) {
         table.insert(table.find('\n') + 1, "the tables below: every microbatch like the fullest one drawn (" +
                                                 std::to_string(b.worst.lengths.size()) + " packed, " +
                                                 std::to_string(b.worst.tokens) + " tokens); the drawn batches follow them\n");
-        table += "\n" + batch_estimate_table(b, *dist, batches->packing);
+        table += "\n" + batch_estimate_table(b, plan.batches->lengths, plan.batches->packing);
       }
       std::fputs(table.c_str(), stdout);
     }

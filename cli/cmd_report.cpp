@@ -80,8 +80,8 @@ void register_report(CLI::App& app, int& exit_code) {
       StartingPoint start = starting_point(a->plan, /*allow_lists=*/false);
       Plan& plan = start.plan;
       Inputs inputs = load_inputs(plan, a->plan.calibration, start.model);
-      if (dist) {
-        in.estimate = estimate_batch_record(a->batches, *dist, inputs, plan).record;
+      if (prepare_batches(a->batches, dist, inputs.model, plan)) {
+        in.estimate = estimate_batch_record(inputs, plan).record;
       } else {
         require_valid_plan(inputs.model, plan);
         in.estimate = estimate_to_json(estimate(inputs.model, plan, inputs.hardware, inputs.calibration), plan);

@@ -27,15 +27,22 @@ struct SearchArgs {
 
 // search --seq-lengths: the layouts and token budgets that maximize expected tokens/s over the drawn batches.
 void search_over_batches(SearchArgs& a, const LengthDistribution& dist) {
-  if (!a.out.empty() || !a.emit.empty() || a.out_plan != "1" || a.explain_rejects)
-    throw UserError("--out, --out-plan, --emit and --explain-rejects do not apply to a search over --seq-lengths yet "
-                    "(valid: the table or --json)");
+  if (!a.emit.empty() || a.out_plan != "1" || a.explain_rejects)
+    throw UserError("--out-plan, --emit and --explain-rejects do not apply to a search over --seq-lengths yet "
+                    "(valid: the table, --json, or --out for the best plan)");
   SearchSetup s = prepare_search(a.plan, a.search);
   print_warnings(s.start);
   if (s.global_batch_defaulted && !a.batches.global_tokens.empty()) s.base.global_batch = 0;  // tokens size the step
-  const PackingOptions packing = prepare_batches(a.batches, dist, s.in.model, s.base);
+  prepare_batches(a.batches, dist, s.in.model, s.base);
+  const PackingOptions packing = s.base.batches->packing;
+  Plan base = s.base;
+  base.batches = nullptr;  // each candidate gets its own (its budget)
   const BatchSearchResult r =
-      search_batches(s.in.model, s.base, s.space, s.in.hardware, s.in.calibration, s.options, dist, packing);
+      search_batches(s.in.model, base, s.space, s.in.hardware, s.in.calibration, s.options, dist, packing);
+  if (!a.out.empty()) {
+    if (r.top.empty()) throw UserError("--out " + a.out + ": no plan fits its fullest microbatch (see the search's table)");
+    write_plan_file(a.out, r.top.front().plan);  // with its batches and budget
+  }
   if (a.json) {
     std::printf("%s\n", batch_search_json(r).dump(2).c_str());
     return;

@@ -16,90 +16,10 @@ namespace lcplan {
 
 namespace {
 
-// Lengths above this are not sequences anyone trains on (and keep sums of a step far from overflow).
-constexpr int64_t kMaxLength = int64_t(1) << 32;
-
-int64_t parse_length(const std::string& text, const std::string& where) {
-  const bool digits = !text.empty() && text.size() <= 12 &&
-                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  const int64_t v = digits ? std::stoll(text) : 0;
-  if (!digits || v < 1 || v > kMaxLength)
-    throw UserError(where + " holds \"" + text + "\", not a sequence length (valid: a whole number of tokens from 1 to " +
-                    std::to_string(kMaxLength) + ")");
-  return v;
-}
-
-int64_t json_length(const nlohmann::json& v, const std::string& where) {
-  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLength)
-    throw UserError(where + " holds " + v.dump() + ", not a sequence length (valid: a whole number of tokens from 1 to " +
-                    std::to_string(kMaxLength) + ")");
-  return v.get<int64_t>();
-}
-
-LengthDistribution from_counts(const std::map<int64_t, double>& counts, const std::string& source) {
-  LengthDistribution d;
-  for (const auto& [l, c] : counts)
-    if (c > 0) d.lengths.push_back(l), d.weights.push_back(c);
-  if (d.lengths.empty()) throw UserError(source + " lists no sequence (valid: at least one length with a positive count)");
-  return d;
-}
-
-LengthDistribution parse_json_lengths(const std::string& text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(source + " is not valid JSON (" + std::string(e.what()) + ")");
-  }
-  if (!j.is_array())
-    throw UserError(source + " must be a JSON list of lengths or of [length, count] pairs");
-  std::map<int64_t, double> counts;
-  for (const auto& e : j) {
-    if (e.is_array()) {
-      if (e.size() != 2 || !e[1].is_number() || !(e[1].get<double>() >= 0) || !std::isfinite(e[1].get<double>()))
-        throw UserError(source + " holds " + e.dump() + " (valid histogram entry: [length, count] with a count of 0 or more)");
-      counts[json_length(e[0], source)] += e[1].get<double>();
-    } else {
-      counts[json_length(e, source)] += 1;
-    }
-  }
-  return from_counts(counts, source);
-}
-
 // Uniform in [0, 1) from 53 random bits: the same draws on every platform (std distributions are not specified).
 double uniform(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }
 
 }  // namespace
-
-double LengthDistribution::mean_length() const {
-  double n = 0, s = 0;
-  for (size_t i = 0; i < lengths.size(); ++i) n += weights[i], s += weights[i] * double(lengths[i]);
-  return n > 0 ? s / n : 0;
-}
-
-LengthDistribution parse_seq_lengths(const std::string& text, const std::string& source) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) throw UserError(source + " is empty (valid: one length per line, or a JSON list)");
-  if (text[first] == '[') return parse_json_lengths(text, source);
-  std::map<int64_t, double> counts;
-  std::istringstream in(text);
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = line.substr(0, line.find('#'));
-    const size_t a = line.find_first_not_of(" \t\r"), b = line.find_last_not_of(" \t\r");
-    if (a == std::string::npos) continue;
-    counts[parse_length(line.substr(a, b - a + 1), source + " line " + std::to_string(n))] += 1;
-  }
-  return from_counts(counts, source);
-}
-
-LengthDistribution read_seq_lengths_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw UserError("cannot read the sequence-length file " + path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return parse_seq_lengths(s.str(), path);
-}
 
 int64_t sequence_multiple(const Plan& p) {
   const Parallel& q = p.parallel;
@@ -178,6 +98,7 @@ std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthD
 
 Plan microbatch_plan(const Plan& p, const PackedMicrobatch& mb, int microbatches) {
   Plan q = p;
+  q.batches = nullptr;  // a microbatch's plan
   const int dp = data_parallel(p);
   if (std::all_of(mb.lengths.begin(), mb.lengths.end(), [&](int64_t l) { return l == mb.lengths.front(); })) {
     q.seq_len = mb.lengths.front();

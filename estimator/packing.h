@@ -10,31 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "estimator/batch_spec.h"
 #include "estimator/estimate.h"
 
 namespace lcplan {
-
-// A histogram of sequence lengths: distinct lengths ascending, each with its count (or weight).
-struct LengthDistribution {
-  std::vector<int64_t> lengths;
-  std::vector<double> weights;
-  int64_t max_length() const { return lengths.empty() ? 0 : lengths.back(); }
-  double mean_length() const;
-};
-
-// A sequence-length file: one length per line ('#' starts a comment), a JSON list of lengths, or a JSON list of
-// [length, count] pairs. Bad input throws one UserError sentence naming `source`, the value and what is valid.
-LengthDistribution parse_seq_lengths(const std::string& text, const std::string& source);
-LengthDistribution read_seq_lengths_file(const std::string& path);
-
-struct PackingOptions {
-  // Tokens per GPU per microbatch (after CP); a microbatch holds up to this times cp tokens, packed first-fit
-  // decreasing. 0: the plan's micro_batch sequences per microbatch, in the order drawn.
-  int64_t tokens_per_microbatch = 0;
-  int64_t global_tokens = 0;  // tokens per step (sequences drawn until reached); 0: the plan's global batch in sequences
-  int samples = 16;           // steps drawn
-  uint64_t seed = 1;
-};
 
 // One packed microbatch of one DP rank.
 struct PackedMicrobatch {

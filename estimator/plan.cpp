@@ -293,7 +293,7 @@ Plan plan_from_json(const nlohmann::json& j) {
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
               "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers",
               "recompute_method", "recompute_modules", "offload", "linear_ce", "mtp_layers", "moe", "optimizer", "fp8",
-              "cuda_graphs", "comm", "implementation", "dp", "packed_lengths"},
+              "cuda_graphs", "comm", "implementation", "dp", "packed_lengths", "batches"},
              "plan");
   Plan p;
   p.model = get_string(j, "model", w, "");
@@ -317,6 +317,7 @@ Plan plan_from_json(const nlohmann::json& j) {
       p.packed_lengths.push_back(e.get<int64_t>());
     }
   }
+  if (j.contains("batches")) p.batches = std::make_shared<const BatchSpec>(batch_spec_from_json(j.at("batches")));
   p.global_batch = get_int(j, "global_batch", w, 0);
   p.precision = parse_precision(get_string(j, "precision", w, "bf16"));
   if (j.contains("parallel")) {
@@ -422,6 +423,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["seq_len"] = p.seq_len;
   j["micro_batch"] = p.micro_batch;
   if (!p.packed_lengths.empty()) j["packed_lengths"] = p.packed_lengths;
+  if (p.batches) j["batches"] = batch_spec_to_json(*p.batches);
   j["global_batch"] = effective_global_batch(p);
   j["precision"] = to_string(p.precision);
   j["parallel"] = {{"tp", p.parallel.tp}, {"pp", p.parallel.pp}, {"vpp", p.parallel.vpp},

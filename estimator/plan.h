@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "estimator/batch_spec.h"
 #include "estimator/run_settings.h"
 #include "parallel/pipeline_split.h"
 
@@ -64,6 +66,9 @@ struct Plan {
   // A packed (THD) microbatch: the lengths of the sequences packed in it, each attending only to itself; empty = the
   // micro_batch sequences of seq_len tokens each. Non-empty: micro_batch 1 and seq_len their sum (estimator/packing.h).
   std::vector<int64_t> packed_lengths;
+  // Variable-length batches (estimator/packing.h): the run's sequence lengths and their packing; null = every sequence
+  // is seq_len tokens. seq_len is then the longest padded sequence. A microbatch's own plan has none.
+  std::shared_ptr<const BatchSpec> batches;
   int global_batch = 0;                 // sequences per step; 0 = one sequence per GPU, rounded up to whole microbatches
   Precision precision = Precision::BF16;
   Parallel parallel;

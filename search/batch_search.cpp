@@ -81,6 +81,7 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
         b.tokens_per_microbatch = budget;
         PackingOptions o = packing;
         o.tokens_per_microbatch = budget;
+        b.plan.batches = std::make_shared<const BatchSpec>(BatchSpec{dist, o});
         o.samples = std::min(packing.samples, kRankingSamples);
         b.batches = estimate_batches(m, b.plan, hw, cal, dist, o);
         if (b.batches.fits && b.batches.peak_max_bytes + opt.headroom_bytes <= hw.hbm_bytes) out.top.push_back(std::move(b));

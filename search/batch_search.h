@@ -11,7 +11,7 @@
 namespace lcplan {
 
 struct BatchCandidate {
-  Plan plan;                      // the run's plan (micro batch 1, packed by tokens_per_microbatch)
+  Plan plan;                      // the run's plan with its batches (micro batch 1, packed by tokens_per_microbatch)
   int64_t tokens_per_microbatch = 0;
   BatchEstimate batches;          // over the drawn steps
 };

@@ -445,6 +445,23 @@ TEST(GoodInvocation, EstimateOverSequenceLengths) {
   EXPECT_EQ(j.at("batches").at("tokens_per_microbatch").at("max").get<double>(), 131072);
 }
 
+// A search over batches writes its best plan with its batches; estimating that recipe gives the search's numbers.
+TEST(GoodInvocation, SearchOverSequenceLengthsWritesARecipeThatEstimatesTheSame) {
+  const fs::path lengths = scratch() / "lengths_search.json", recipe = scratch() / "batches_recipe.json";
+  std::ofstream(lengths) << "[[4096, 6], [32768, 3], [131072, 1]]";
+  const Outcome s = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--implementation", "bumblebee",
+                                "--seq-lengths", lengths.string(), "--global-tokens", "4M", "--samples", "4", "--json",
+                                "--out", recipe.string()});
+  ASSERT_EQ(s.status, 0) << s.err;
+  const auto searched = nlohmann::json::parse(s.out);
+  const Outcome e = run_lcplan({"estimate", "--plan", recipe.string(), "--json"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  const auto estimated = nlohmann::json::parse(e.out);
+  EXPECT_DOUBLE_EQ(estimated.at("batches").at("tokens_per_second_per_gpu").get<double>(),
+                   searched.at("top").at(0).at("batches").at("tokens_per_second_per_gpu").get<double>());
+  EXPECT_EQ(estimated.at("batches").at("plan"), searched.at("top").at(0).at("plan"));
+}
+
 TEST(GoodInvocation, EstimateJsonOutIsTheRecord) {
   const fs::path out = scratch() / "estimate.json";
   std::vector<std::string> args = ref({"--ep", "8", "--cp", "4", "--json", "--out", out.string()});

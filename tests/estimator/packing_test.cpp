@@ -200,3 +200,37 @@ TEST(PackingDraws, ABudgetBelowTheLongestSequenceIsRefused) {
   o.tokens_per_microbatch = 16384;
   EXPECT_THROW(draw_steps(bimodal(), p, o), UserError);
 }
+
+// A recipe carries its batches: written and read back, the same lengths and packing; a bad "batches" object is one
+// sentence naming the field.
+TEST(SeqLengthFiles, RecipesCarryTheirBatches) {
+  Plan p = zoo_plan("qwen3-30b-a3b", 8, 16384);
+  PackingOptions o;
+  o.tokens_per_microbatch = 16384;
+  o.global_tokens = 1 << 20;
+  o.samples = 3;
+  o.seed = 9;
+  p.batches = std::make_shared<const BatchSpec>(BatchSpec{bimodal(), o});
+  const Plan q = plan_from_json(plan_to_json(p));
+  ASSERT_TRUE(q.batches);
+  EXPECT_EQ(q.batches->lengths.lengths, p.batches->lengths.lengths);
+  EXPECT_EQ(q.batches->lengths.weights, p.batches->lengths.weights);
+  EXPECT_EQ(q.batches->packing.tokens_per_microbatch, 16384);
+  EXPECT_EQ(q.batches->packing.global_tokens, 1 << 20);
+  EXPECT_EQ(q.batches->packing.samples, 3);
+  EXPECT_EQ(q.batches->packing.seed, 9u);
+  EXPECT_FALSE(microbatch_plan(q, {{16384}, 16384}, 1).batches);  // a microbatch's plan has none
+  nlohmann::json j = plan_to_json(p);
+  for (const nlohmann::json& bad : {nlohmann::json(1), nlohmann::json::object(),
+                                    nlohmann::json({{"seq_lengths", {4096}}, {"samples", 0}}),
+                                    nlohmann::json({{"seq_lengths", {4096}}, {"budget", 1}}),
+                                    nlohmann::json({{"seq_lengths", {-1}}})}) {
+    j["batches"] = bad;
+    try {
+      plan_from_json(j);
+      ADD_FAILURE() << "accepted " << bad.dump();
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("batches"), std::string::npos) << e.what();
+    }
+  }
+}
