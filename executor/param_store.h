@@ -114,7 +114,8 @@ class BasicParamStore {
     const comm::Comm* comm = nullptr;
     Buffer<bf16> p;        // whole padded (none, dist_opt) or shard (fsdp)
     Buffer<float> g;       // same length as p
-    Buffer<float> reduced; // dist_opt: this rank's reduced gradient shard between sync_grads and adam_step
+    const float* reduced = nullptr;  // dist_opt: this rank's reduced shard, in place in g (Megatron's shard view of
+                                     // its grad buffer), set by sync_grads until adam_step
     Buffer<float> opt;     // master | m | v over the owned elements
     Ranges replicated;     // (offset, size) of TP-replicated tensors (dense part)
     size_t owned_first() const { return mode_fsdp ? 0 : (mode_none ? 0 : size_t(index) * shard); }

@@ -179,18 +179,15 @@ void BasicParamStore<Mem>::sync_grads() {
   for (Unit& U : units_)
     for (Part* P : {&U.dense, &U.expert}) {
       if (!P->shard || P->group == 1) {
-        if (mode_ == OptimizerSharding::DistOpt && P->shard) {
-          P->reduced = Buffer<float>(tr_, Category::Workspace, P->shard);
-          mem_.copy(P->g.data(), P->shard, P->reduced.data());
-        }
+        if (mode_ == OptimizerSharding::DistOpt && P->shard) P->reduced = P->g.data();  // one rank: g is the shard
         continue;
       }
       if (mode_ == OptimizerSharding::None) {
         comm::all_reduce(*P->comm, P->g.data(), P->g.size(), comm::DType::F32, comm::ReduceOp::Sum);
       } else {
-        P->reduced = Buffer<float>(tr_, Category::Workspace, P->shard);
-        comm::reduce_scatter(*P->comm, P->g.data(), P->reduced.data(), P->shard, comm::DType::F32,
-                             comm::ReduceOp::Sum);
+        float* mine = P->g.data() + size_t(P->index) * P->shard;  // reduced in place, no second buffer
+        comm::reduce_scatter(*P->comm, P->g.data(), mine, P->shard, comm::DType::F32, comm::ReduceOp::Sum);
+        P->reduced = mine;
       }
     }
 }
@@ -203,12 +200,12 @@ double BasicParamStore<Mem>::grad_sq_owned() const {
     const Unit& U = units_[u];
     for (const Part* P : {&U.dense, &U.expert}) {
       if (!P->shard) continue;
-      if (mode_ == OptimizerSharding::DistOpt && P->reduced.empty())
+      if (mode_ == OptimizerSharding::DistOpt && P->reduced == nullptr)
         throw std::logic_error("ParamStore::grad_sq_owned under dist_opt: call sync_grads first (it reduces the shard)");
       // This rank's owned gradients: the FSDP shard, the dist-opt reduced shard, or its slice of the whole array.
       const size_t first = size_t(P->index) * P->shard;
       const float* g = mode_ == OptimizerSharding::Fsdp      ? P->g.data()
-                       : mode_ == OptimizerSharding::DistOpt ? P->reduced.data()
+                       : mode_ == OptimizerSharding::DistOpt ? P->reduced
                                                              : P->g.data() + first;
       const size_t count = first < P->n ? std::min(P->shard, P->n - first) : 0;
       // Replicated tensors are whole on every TP rank: TP rank 0 counts them.
@@ -226,13 +223,13 @@ void BasicParamStore<Mem>::adam_step(int step, const AdamOptions& o) {
       if (!P->shard) continue;
       const size_t oc = P->owned_count();
       float* master = P->opt.data();
-      if (mode_ == OptimizerSharding::DistOpt && P->reduced.empty())
+      if (mode_ == OptimizerSharding::DistOpt && P->reduced == nullptr)
         throw std::logic_error("ParamStore::adam_step under dist_opt: call sync_grads first (it reduces the shard)");
-      const float* g = mode_ == OptimizerSharding::DistOpt ? P->reduced.data() : P->g.data();
+      const float* g = mode_ == OptimizerSharding::DistOpt ? P->reduced : P->g.data();
       const size_t pfirst = mode_ == OptimizerSharding::DistOpt ? size_t(P->index) * P->shard : 0;
       mem_.adam(g, master + oc, master + 2 * oc, master, P->p.data() + pfirst, oc, a);
       if (mode_ == OptimizerSharding::DistOpt) {
-        P->reduced.reset();
+        P->reduced = nullptr;
         if (P->group > 1) {
           Buffer<bf16> mine(tr_, Category::Workspace, P->shard);
           mem_.copy(P->p.data() + pfirst, P->shard, mine.data());

@@ -112,6 +112,9 @@ nlohmann::json to_json(const ProfileData& d) {
 Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double linear_ce_tile) {
   Derived out;
   auto put = [&](const char* key, double v, const std::string& how) { out.coefficients[key] = {v, how}; };
+  auto own = [&](const char* key) {
+    if (auto it = out.coefficients.find(key); it != out.coefficients.end()) it->second.own_kernel = true;
+  };
   auto curve = [&](const char* eff_key, const char* half_key, const char* what, const char* unit,
                    const std::vector<double>& x, const std::vector<double>& y) {
     if (x.empty()) return;
@@ -152,12 +155,14 @@ Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double lin
     ax.push_back(double(r.seq)),
         ay.push_back(3.5 * r.forward_flops / r.seconds / (hw.peak_bf16_flops * attention_dim_factor(double(r.head_dim))));
   curve("time.attention_efficiency", "time.attention_half_seq", "attention forward+backward", "local sequence", ax, ay);
+  own("time.attention_efficiency"), own("time.attention_half_seq");
 
   std::vector<double> le;
   for (const auto& r : d.linear_attention) le.push_back(3 * r.forward_flops / r.seconds / hw.peak_bf16_flops);
   if (!le.empty())
     put("time.linear_attention_efficiency", median(le),
         "median over " + std::to_string(le.size()) + " gated DeltaNet forward+backward points (model FLOPs x 3)");
+  own("time.linear_attention_efficiency");
 
   std::vector<double> slow;
   bool tile_match = false;
@@ -169,6 +174,7 @@ Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double lin
     put("time.linear_ce_slowdown", median(slow),
         "median over " + std::to_string(slow.size()) + " shapes of linear-CE / materialized loss time" +
             (tile_match ? " at vocabulary tile " + num(linear_ce_tile, 6) : std::string(" over every tile")));
+  own("time.linear_ce_slowdown");
 
   // Memory-bound passes: the copies of the largest quarter of sizes (past the caches).
   if (!d.copy.empty()) {

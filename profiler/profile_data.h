@@ -118,6 +118,9 @@ nlohmann::json to_json(const ProfileData& d);
 struct Measured {
   double value = 0;
   std::string how;
+  // Timed on lcplan's own kernel (attention, gated DeltaNet, linear CE), not a vendor library: on a GPU it describes
+  // lcplan-exec, not what Megatron's cuDNN or fused kernels reach on that hardware.
+  bool own_kernel = false;
 };
 
 // Calibration keys (estimator/calibration.cpp coefficient_table) -> measured values, plus the fits in JSON.

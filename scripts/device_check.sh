@@ -100,8 +100,14 @@ else
       note "not run" "compute-sanitizer $name (out of time)"
       continue
     fi
+    if [ "$name" = profiler_cupti_test ]; then  # CUPTI takes one subscriber, and compute-sanitizer is one
+      note skipped "compute-sanitizer $name (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED under the sanitizer)"
+      continue
+    fi
     t=$((t < 150 ? t : 150))
-    cs=(compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20)
+    # API errors are not reported: NCCL's init probes cudaFuncGetAttributes for kernels it did not build for this
+    # architecture (error 209, seen on an H200 2026-11-27); our own CUDA calls throw on any error (CUDA_CHECK).
+    cs=(compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 20)
     if [ "$np" -gt 0 ]; then
       cmd=(mpirun --allow-run-as-root --oversubscribe -np "$np" "${cs[@]}" "$pack/build/$rel" --gtest_brief=1)
     else

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <stdexcept>
 #include <string>
@@ -341,7 +342,19 @@ void all_gather(const Comm& c, const void* send, void* recv, size_t count_per_ra
 }
 
 void reduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op) {
-  if (is_nccl(c)) return detail::nccl_reduce_scatter(c, send, recv, count_per_rank, t, op);
+  if (is_nccl(c)) return detail::nccl_reduce_scatter(c, send, recv, count_per_rank, t, op);  // in place too
+  const size_t bytes = count_per_rank * dtype_bytes(t);
+  if (recv == static_cast<const char*>(send) + size_t(c.rank) * bytes && bytes > 0) {
+    // In place as NCCL defines it (recv is this rank's block of send): MPI's MPI_IN_PLACE leaves the block at the
+    // start of the buffer instead, so it is moved to the rank's offset (host memory: the MPI backend's).
+    bool user = false;
+    MPI_Op o = make_op(t, op, &user);
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, const_cast<void*>(send),
+                                       to_int(count_per_rank, "reduce_scatter count"), mpi_type(t), o, c.mpi));
+    if (user) MPI_CHECK(MPI_Op_free(&o));
+    if (c.rank != 0) std::memmove(recv, send, bytes);
+    return;
+  }
   Request r = ireduce_scatter(c, send, recv, count_per_rank, t, op);
   wait(r);
 }

@@ -107,6 +107,7 @@ void raise_if_any(const Comm& c, const std::string& error);
 // Blocking collectives. Counts are in elements of `t`.
 void all_reduce(const Comm& c, void* buf, size_t count, DType t, ReduceOp op);
 void all_gather(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t);
+// reduce_scatter may run in place, as NCCL defines it: recv == send + rank * count_per_rank elements, on every rank.
 void reduce_scatter(const Comm& c, const void* send, void* recv, size_t count_per_rank, DType t, ReduceOp op);
 void broadcast(const Comm& c, void* buf, size_t count, DType t, int root);
 // send_counts[r] elements go to rank r from offset send_displs[r]; likewise for receive. Counts must agree

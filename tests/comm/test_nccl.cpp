@@ -1,4 +1,4 @@
-// NCCL backend on real devices; skips cleanly (on every rank) where no GPU can be used.
+// NCCL backend on real devices; skips cleanly (on every rank) where some rank has no GPU of its own.
 #include <cuda_runtime.h>
 
 #include <numeric>
@@ -7,27 +7,14 @@
 #include "kernels/comm/groups.h"
 #include "kernels/common/cuda_check.h"
 #include "tests/comm/driver.h"
+#include "tests/comm/gpu_ranks.h"
 
 namespace lcplan::comm::tests {
 
-namespace {
-// Every rank must agree on skipping, or the ranks that go on would hang in NCCL init.
-bool all_have_device() {
-  int ok = lcplan::gpu::device_available() ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  return ok == 1;
-}
-void pick_device() {
-  int n = 0, rank = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&n));
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-  CUDA_CHECK(cudaSetDevice(rank % n));
-}
-}  // namespace
 
 TEST(Nccl, AllReduceAndUnevenAllToAllV) {
-  if (!all_have_device()) GTEST_SKIP() << "no usable CUDA device";
-  pick_device();
+  if (const std::string why = lcplan::test::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  lcplan::test::pick_device();
   Comm c = world_nccl();
   const int P = c.size;
   float* d = nullptr;
@@ -72,8 +59,8 @@ TEST(Nccl, AllReduceAndUnevenAllToAllV) {
 // deadlocks; sendrecv (one group) and the pipeline links (a stream per outgoing link, receives on the compute stream)
 // complete it, and every element arrives.
 TEST(Nccl, SendBeforeReceiveCompletesOnLinksAndSendrecv) {
-  if (!all_have_device()) GTEST_SKIP() << "no usable CUDA device";
-  pick_device();
+  if (const std::string why = lcplan::test::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  lcplan::test::pick_device();
   cudaStream_t compute = nullptr, fwd = nullptr, bwd = nullptr;
   for (cudaStream_t* st : {&compute, &fwd, &bwd}) CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
   Comm c = world_nccl(compute);

@@ -46,6 +46,9 @@ double rel_norm(const std::vector<float>& got, const std::vector<float>& want) {
 template <class T>
 std::vector<T> download(const T* d, size_t n) {
   std::vector<T> h(n);
+  // cudaMemcpy runs on the legacy stream, which the non-blocking stream_ does not order against: wait for its kernels
+  // (compute-sanitizer's slower kernels exposed the race on an H200, 2026-11-27).
+  CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
   return h;
 }

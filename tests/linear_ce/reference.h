@@ -228,7 +228,17 @@ inline void expect_rel(const char* what, const std::vector<float>& ours, const s
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size() << " elements off (worst " << worst << ")";
 }
 
-// CCE's rule: |ours - fp64| <= |naive bf16 - fp64| + atol, element-wise.
+// One bf16 ulp at |x| (8 significant bits): the step an output rounding can flip by.
+inline double bf16_ulp(double x) {
+  const double a = std::fabs(x);
+  return a == 0.0 ? 0.0 : std::ldexp(1.0, std::ilogb(a) - 7);
+}
+
+// CCE's rule, element-wise: |ours - fp64| <= |naive bf16 - fp64| + atol + one bf16 ulp of fp64. The ulp is there
+// because the CUDA kernel, like the naive path, rounds dlogits to bf16 for its tensor-core GEMMs, from different
+// (fp32) logits: two independent roundings can put the fp32 sums on either side of an output rounding midpoint.
+// (Seen on an H200, 2026-11-27: 20 of 624117 d_weight elements one ulp further than naive, all within the scale
+// check below.)
 inline void expect_no_worse(const char* what, const std::vector<float>& ours, const std::vector<float>& naive,
                             const std::vector<double>& ref, double atol) {
   ASSERT_EQ(ours.size(), ref.size()) << what;
@@ -237,7 +247,7 @@ inline void expect_no_worse(const char* what, const std::vector<float>& ours, co
   for (size_t i = 0; i < ref.size(); ++i) {
     const double ours_err = std::fabs(double(ours[i]) - ref[i]);
     const double naive_err = std::fabs(double(naive[i]) - ref[i]);
-    if (!(ours_err <= naive_err + atol)) {
+    if (!(ours_err <= naive_err + atol + bf16_ulp(ref[i]))) {
       if (++bad <= 5)
         std::printf("  %s[%zu]: ours %.6g, naive %.6g, fp64 %.6g\n", what, i, ours[i], naive[i], ref[i]);
     }
