@@ -62,6 +62,8 @@ for ((i = 1; i <= runs; i++)); do
   want search_qwen && gbench search_qwen35_32gpu_128k bench/search/bench_search 'qwen35_35b_32gpu_128k$'
   want search_deepseek && gbench search_deepseek_v3_1024gpu_4k bench/search/bench_search 'deepseek_v3_1024gpu_4k$'
   want search_qwen && gbench search_qwen35_32gpu_128k_bumblebee bench/search/bench_search 'qwen35_35b_32gpu_128k_bumblebee$'
+  # Issue 29: a search over a 1,000-bucket length histogram against search_qwen35_32gpu_128k_bumblebee (target 3x).
+  want search_batches && gbench search_qwen35_32gpu_1000_lengths bench/search/bench_search 'BatchSearch'
   want search_deepseek && gbench search_deepseek_v3_1024gpu_4k_bumblebee bench/search/bench_search 'deepseek_v3_1024gpu_4k_bumblebee$'
   want estimate && gbench estimate_qwen35_chunked_ep bench/estimator_time/bench_estimator_time 'BM_Qwen35_ChunkedEp$'
   want estimate && gbench estimate_llama70b_pp8_vpp5 bench/estimator_time/bench_estimator_time 'BM_Llama70B_Pp8Vpp5$'

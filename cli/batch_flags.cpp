@@ -55,8 +55,7 @@ bool prepare_batches(const BatchFlags& f, const std::optional<LengthDistribution
                     std::to_string(plan.micro_batch) + " both size the microbatch (valid: one of them)");
   if (!f.samples.empty()) o.samples = parse_int_in(f.samples, "--samples", 1, 10000);
   if (!f.seed.empty()) o.seed = uint64_t(parse_int_in(f.seed, "--seed", 0, 2147483647));
-  const int64_t mult = sequence_multiple(plan);
-  plan.seq_len = (b.lengths.max_length() + mult - 1) / mult * mult;
+  plan.seq_len = padded_length(b.lengths.max_length(), plan);
   plan.batches = std::make_shared<const BatchSpec>(std::move(b));
   return true;
 }

@@ -26,12 +26,17 @@ int64_t sequence_multiple(const Plan& p) {
   return q.cp > 1 ? int64_t(2) * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
 }
 
+int64_t padded_length(int64_t length, const Plan& p) {
+  const int64_t mult = sequence_multiple(p);
+  return (length + mult - 1) / mult * mult;
+}
+
 std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthDistribution& dist, const Plan& p,
                                                                   const PackingOptions& o) {
   const int64_t mult = sequence_multiple(p);
   const int dp = data_parallel(p);
   const int64_t capacity = o.tokens_per_microbatch * p.parallel.cp;
-  const int64_t longest = (dist.max_length() + mult - 1) / mult * mult;
+  const int64_t longest = padded_length(dist.max_length(), p);
   if (o.tokens_per_microbatch > 0 && longest > capacity)
     throw UserError("the longest sequence (" + std::to_string(longest) + " tokens, padded to a multiple of " +
                     std::to_string(mult) + ") exceeds --tokens-per-microbatch " + std::to_string(o.tokens_per_microbatch) +
@@ -57,7 +62,7 @@ std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthD
       const double u = uniform(rng) * cumulative.back();
       const size_t i = std::min(size_t(std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin()),
                                 cumulative.size() - 1);
-      drawn.push_back((dist.lengths[i] + mult - 1) / mult * mult);
+      drawn.push_back(padded_length(dist.lengths[i], p));
       tokens += drawn.back();
     }
     if (int(drawn.size()) < dp)
@@ -171,7 +176,7 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
         const ShapeCost& c = cost(mb);
         flops += c.flops, drawn_tokens += double(mb.tokens), mbs += 1;
         peaks.push_back(c.peak), tokens.push_back(double(mb.tokens));
-        if (!worst || c.peak > cost(*worst).peak) worst = &mb;
+        if (!worst || c.peak > cost(*worst).peak) worst = &mb;  // the estimated peak (the search's proxy: tokens)
       }
       slowest = std::max(slowest, t);
       ranks_total += t;

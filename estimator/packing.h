@@ -62,5 +62,7 @@ std::string batch_estimate_table(const BatchEstimate& b, const LengthDistributio
 // Tokens each sequence is padded to a multiple of: 2*cp*tp under CP (load-balanced causal chunks), tp under sequence
 // parallelism, else 1 (the SeqDivisible rule, estimator/plan_rules.h).
 int64_t sequence_multiple(const Plan& p);
+// `length` padded up to that multiple: what a sequence occupies in a microbatch of plan `p`.
+int64_t padded_length(int64_t length, const Plan& p);
 
 }  // namespace lcplan

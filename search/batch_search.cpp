@@ -15,14 +15,21 @@ constexpr int kRankingSamples = 4;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// The fullest microbatch of one drawn step at CP `cp` and budget `budget`, lengths padded for the widest TP searched.
-PackedMicrobatch fullest_microbatch(const LengthDistribution& dist, const Plan& base, int cp, int tp, int64_t budget,
-                                    const PackingOptions& packing, int64_t& microbatches) {
+// The layout the search draws and pads sequences for at CP `cp`: the widest TP searched (the coarsest padding).
+Plan draw_plan(const Plan& base, int cp, int tp) {
   Plan draw = base;
   draw.parallel = Parallel{};
   draw.parallel.cp = cp;
   draw.parallel.tp = tp;
   draw.micro_batch = 1;
+  return draw;
+}
+
+// The fullest microbatch of one drawn step at budget `budget`: most tokens, then the largest sum of squared lengths
+// (attention). A proxy chosen before any estimate; estimate_batches then takes each plan's worst by its estimated peak.
+PackedMicrobatch fullest_microbatch(const LengthDistribution& dist, const Plan& draw, int64_t budget,
+                                    const PackingOptions& packing, int64_t& microbatches) {
+  const int cp = draw.parallel.cp;
   PackingOptions o = packing;
   o.tokens_per_microbatch = budget;
   o.samples = 1;
@@ -38,7 +45,7 @@ PackedMicrobatch fullest_microbatch(const LengthDistribution& dist, const Plan& 
       if (mb.tokens > best.tokens || (mb.tokens == best.tokens && squares > best_squares)) best = mb, best_squares = squares;
     }
   // Microbatches per step at full budget, a multiple of every DP size under this CP (gpus / cp).
-  microbatches = round_up((tokens + budget * cp - 1) / (budget * cp), base.gpus / cp);
+  microbatches = round_up((tokens + budget * cp - 1) / (budget * cp), draw.gpus / cp);
   return best;
 }
 
@@ -52,14 +59,16 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
   const int tp_max = space.tp.empty() ? 1 : *std::max_element(space.tp.begin(), space.tp.end());
   for (int cp : space.cp) {
     if (base.gpus % (cp * tp_max) != 0) continue;
-    const int64_t longest = round_up(dist.max_length(), int64_t(2) * cp * tp_max);
+    const Plan draw = draw_plan(base, cp, tp_max);
+    const int64_t longest = padded_length(dist.max_length(), draw);
+    // The least budget that holds the longest sequence, rounded up to 1K tokens as trainers' budgets are given.
     const int64_t least = round_up((longest + cp - 1) / cp, 1024);
     std::vector<int64_t> budgets = {packing.tokens_per_microbatch};
     if (packing.tokens_per_microbatch <= 0) budgets = {least, 2 * least, 4 * least};
     for (int64_t budget : budgets) {
       if (budget * cp < longest) continue;  // this CP cannot hold the longest sequence within the budget
       int64_t microbatches = 0;
-      const PackedMicrobatch fullest = fullest_microbatch(dist, base, cp, tp_max, budget, packing, microbatches);
+      const PackedMicrobatch fullest = fullest_microbatch(dist, draw, budget, packing, microbatches);
       Plan sbase = microbatch_plan(base, fullest, 1);
       sbase.global_batch = int(microbatches * sbase.micro_batch);
       PlanSpace sspace = space;
@@ -69,12 +78,14 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
       sopt.top_k = kRerankPerSearch;
       const SearchResult r = search_plans(m, sbase, sspace, hw, cal, sopt);
       ++out.searches;
+      // A larger budget packs a fuller microbatch (more tokens, more memory): none fits there either.
+      if (r.feasible == 0) break;
       out.candidates += r.candidates;
       out.feasible += r.feasible;
       for (const Candidate& c : r.top) {
         BatchCandidate b;
         b.plan = c.plan;
-        b.plan.seq_len = round_up(dist.max_length(), sequence_multiple(c.plan));
+        b.plan.seq_len = padded_length(dist.max_length(), c.plan);
         b.plan.micro_batch = 1;
         b.plan.packed_lengths.clear();
         b.plan.global_batch = base.global_batch;
