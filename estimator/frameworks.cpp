@@ -42,6 +42,10 @@ std::string lcplan_exec_kernel_limits(const ModelSpec& m, const Plan& p) {
   if (m.moe.expert_bias)
     return "model " + m.name + " has biased expert layers, which lcplan-exec lacks (its MoE layer has bias-free experts)";
   if (m.layers.empty()) return "model " + m.name + " has no decoder layers";
+  // Its packed microbatches keep every sequence on one rank (executor/layers/common.h for_each_sequence).
+  if (!p.packed_lengths.empty() && q.cp > 1)
+    return "lcplan-exec runs packed microbatches (packed_lengths) without context parallelism only but the plan has "
+           "cp = " + std::to_string(q.cp) + " (set cp to 1)";
   return "";
 }
 
@@ -133,6 +137,7 @@ Capabilities bumblebee_capabilities() {
 Capabilities lcplan_exec_capabilities() {
   Capabilities c;
   c.chunked_ep = c.linear_ce = true;
+  c.packed_sequences = true;  // THD segments, cp 1 (its limits say so)
   c.recompute_modules = kLegacySelectiveModules;
   c.exact_recompute_set = true;
   c.dispatchers = bit(MoeDispatcher::AllToAll);

@@ -44,6 +44,7 @@ struct RankReport {
   double workspace_high_water = 0;          // most workspace bytes live at once (the reservation is reported apart)
   std::array<double, kPhases> phase_seconds{};  // wall seconds in each phase, summed over all steps
   double moe_rows_received = 0, moe_rows_sent = 0;  // routed token copies this rank's experts got / it sent
+  double attention_pairs = 0;               // causal query-key pairs its attention kernels covered, all steps
   double tracker_ops = 0;                   // tracker add/sub calls (overhead benchmark)
   double cpu_seconds = 0;                   // this process's CPU time over all steps (wall time inflates on a
                                             // shared or oversubscribed machine; CPU time does not)

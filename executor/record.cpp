@@ -109,8 +109,9 @@ void add_ranks(const ExecResult& r, Measurement& m) {
 // Implementation facts (not interpreted by validation): workspace, setup, device clocks, routing load, pipeline
 // waits and the CPU time per step.
 nlohmann::json executor_facts(const ExecOptions& o, const ExecResult& r, const ScaledCase& sc) {
-  double ws_high = 0, recv_sum = 0, recv_max = 0, ops = 0, cpu_sum = 0, cpu_max = 0;
+  double ws_high = 0, recv_sum = 0, recv_max = 0, ops = 0, cpu_sum = 0, cpu_max = 0, pairs = 0;
   for (const RankReport& rr : r.ranks) {
+    pairs = std::max(pairs, rr.attention_pairs);
     ws_high = std::max(ws_high, rr.workspace_high_water);
     recv_sum += rr.moe_rows_received;
     recv_max = std::max(recv_max, rr.moe_rows_received);
@@ -132,6 +133,8 @@ nlohmann::json executor_facts(const ExecOptions& o, const ExecResult& r, const S
     }
     ex["device_phase_seconds"] = dev;
   }
+  // Per head, forward and recompute: the attention work of a step, the sum of each sequence's causal square.
+  if (pairs > 0 && !r.loss.empty()) ex["attention_pairs_per_step_max_rank"] = pairs / double(r.loss.size());
   if (recv_sum > 0) ex["moe_routing_load"] = recv_max / (recv_sum / double(r.ranks.size()));
   // The measured counterpart of the estimator's bubble: the least time any rank spent blocked on others in a step
   // (executor/phase_trace.h); the slowest stage waits least, so a lighter stage's extra wait is imbalance.

@@ -5,6 +5,7 @@
 
 #include "common/user_error.h"
 #include "estimator/frameworks.h"
+#include "estimator/packing.h"
 
 namespace lcplan::exec {
 
@@ -158,8 +159,13 @@ ModelSpec scale_model(const ModelSpec& m, const ScaleOptions& s, const Parallel&
 
 Plan scale_plan(const Plan& p, const ModelSpec& scaled, const ScaleOptions& s, std::vector<std::string>* notes) {
   Plan o = p;
-  const int64_t unit = p.parallel.cp > 1 ? 2LL * p.parallel.cp * p.parallel.tp : p.parallel.tp;
-  if (s.factor > 1) {
+  const int64_t unit = sequence_multiple(p);
+  if (s.factor > 1 && !p.packed_lengths.empty()) {
+    // A packed microbatch: each sequence scaled alone (the sum of squares keeps its shape), seq_len their sum.
+    o.seq_len = 0;
+    for (int64_t& l : o.packed_lengths) o.seq_len += l = std::max<int64_t>(unit, l / s.factor / unit * unit);
+    note(notes, "seq_len (sum of the packed sequences)", long(p.seq_len), long(o.seq_len));
+  } else if (s.factor > 1) {
     o.seq_len = std::max<int64_t>(unit, p.seq_len / s.factor / unit * unit);
     note(notes, "seq_len", long(p.seq_len), long(o.seq_len));
   }

@@ -46,6 +46,7 @@ Ctx make_ctx(Tracker& tr, const Dims& d, const comm::ProcessGroups& pg, const Mo
   c.chunks = q.cp > 1 ? 2 : 1;
   c.chunk_len = c.seq_local / c.chunks;
   c.tokens = int64_t(c.mb) * c.seq_local;
+  c.segments = p.packed_lengths;  // plan rules: micro_batch 1, summing to seq_len; lcplan-exec's limits: cp 1
   c.tp = q.tp;
   c.tp_rank = pg.tp.rank;
   c.rows = c.tokens / q.tp;  // sequence parallelism: this TP rank's consecutive token rows
@@ -125,6 +126,7 @@ std::vector<double> pack(const RankReport& r) {
   for (double s : r.phase_seconds) v.push_back(s);
   v.push_back(r.moe_rows_received);
   v.push_back(r.moe_rows_sent);
+  v.push_back(r.attention_pairs);
   v.push_back(r.tracker_ops);
   v.push_back(r.cpu_seconds);
   return v;
@@ -144,6 +146,7 @@ RankReport unpack(const double* v) {
   for (double& s : r.phase_seconds) s = v[i++];
   r.moe_rows_received = v[i++];
   r.moe_rows_sent = v[i++];
+  r.attention_pairs = v[i++];
   r.tracker_ops = v[i++];
   r.cpu_seconds = v[i++];
   return r;

@@ -46,7 +46,7 @@ double thread_cpu_now();            // this thread's CPU time (MPI's helper thre
 // What a layer keeps under the plan's recompute; `pos`: the layer's position in its virtual stage.
 Keep keep_of(const Plan& p, int pos);
 // A rank's report as doubles (the all-gather's payload), and back.
-constexpr int kReportDoubles = 2 + kPhases * (1 + 2 * kCategories) + 1 + kPhases + 4;
+constexpr int kReportDoubles = 2 + kPhases * (1 + 2 * kCategories) + 1 + kPhases + 5;
 std::vector<double> pack(const RankReport& r);
 RankReport unpack(const double* v);
 
@@ -375,10 +375,20 @@ class Step {
 
   // ---------------------------------------------------------------- data and pipeline messages
 
-  // Token ids and targets of every local token of microbatch `mbatch` (sample (mbatch dp + d) micro_batch + j).
+  // Token ids and targets of every local token of microbatch `mbatch` (sample (mbatch dp + d) micro_batch + j; a
+  // packed microbatch's segment j is sample (mbatch dp + d) segments + j, its positions from 0, so packing L and L
+  // feeds the same tokens as micro_batch 2 of L).
   void data(int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
     std::vector<int64_t> tok(size_t(c_.tokens)), tgt(size_t(c_.tokens));
-    for (int j = 0; j < c_.mb; ++j) {
+    const int64_t n = int64_t(c_.segments.size());
+    for (int64_t j = 0, at = 0; j < n; at += c_.segments[size_t(j)], ++j) {
+      const int64_t sample = (int64_t(mbatch) * g_.pg.dp.size + g_.pg.dp.rank) * n + j;
+      for (int64_t pos = 0; pos < c_.segments[size_t(j)]; ++pos) {
+        tok[size_t(at + pos)] = data_token(o_.seed, sample, pos, d_.V);
+        tgt[size_t(at + pos)] = data_token(o_.seed, sample, pos + 1, d_.V);
+      }
+    }
+    for (int j = 0; j < (n ? 0 : c_.mb); ++j) {
       const int64_t sample = (int64_t(mbatch) * g_.pg.dp.size + g_.pg.dp.rank) * c_.mb + j;
       for (int64_t r = 0; r < c_.seq_local; ++r) {
         const int64_t pos = c_.chunk_start(int(r / c_.chunk_len)) + r % c_.chunk_len;
@@ -471,6 +481,7 @@ class Step {
     rep_.workspace_high_water = tr_.workspace_high_water();
     rep_.moe_rows_received = c_.moe_rows_received;
     rep_.moe_rows_sent = c_.moe_rows_sent;
+    rep_.attention_pairs = c_.attention_pairs;
     rep_.tracker_ops = double(tr_.operations());
     rep_.cpu_seconds = cpu_now() - cpu0_;
     gather_reports();
@@ -482,6 +493,7 @@ class Step {
   // Every rank's report to every rank (the step time is the slowest rank's).
   void gather_reports() {
     const std::vector<double> mine = pack(rep_);
+    if (mine.size() != size_t(kReportDoubles)) throw std::logic_error("executor: RankReport packs to a size kReportDoubles does not state");
     std::vector<double> all(size_t(kReportDoubles) * size_t(world_.size));
     comm::all_gather(world_, mine.data(), all.data(), kReportDoubles, comm::DType::F64);
     for (int r = 0; r < world_.size; ++r) res_.ranks.push_back(unpack(all.data() + size_t(r) * kReportDoubles));

@@ -90,7 +90,7 @@ template <class Ops>
 void attention_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitGrad& g, const LayerSpec& l,
                    BasicLayerSaved<Ops::template Buf>& sv, const float* dy, float* dn1) {
   const Dims& d = c.d;
-  const int64_t T = c.tokens, H = d.H, qc = d.q_cols(), kvc = d.kv_cols(), L = c.seq_local;
+  const int64_t T = c.tokens, H = d.H, qc = d.q_cols(), kvc = d.kv_cols();
   WsOf<Ops> out = o.load(sv.o);
   WsOf<Ops> gate, go;
   if (d.gate) {
@@ -106,12 +106,8 @@ void attention_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const
   dgo.reset();
   WsOf<Ops> q = o.load(sv.q), k = o.load(sv.k), v = o.load(sv.v);
   WsOf<Ops> dq = o.ws(size_t(T * qc)), dk = o.ws(size_t(T * kvc)), dv = o.ws(size_t(T * kvc));
-  for (int b = 0; b < c.mb; ++b) {
-    const FullKV<Ops> kv = cp_gather_kv(o, c, k.data() + b * L * kvc, v.data() + b * L * kvc);
-    attention_seq_bwd(o, c, l.sliding, q.data() + b * L * qc, kv, out.data() + b * L * qc,
-                      sv.lse.data() + int64_t(b) * d.hq * L, dO.data() + b * L * qc, dq.data() + b * L * qc,
-                      dk.data() + b * L * kvc, dv.data() + b * L * kvc);
-  }
+  core_attention_bwd(o, c, l.sliding, q.data(), k.data(), v.data(), out.data(), sv.lse.data(), dO.data(), dq.data(),
+                     dk.data(), dv.data(), kvc);
   q.reset();
   k.reset();
   v.reset();

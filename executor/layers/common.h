@@ -40,6 +40,29 @@ using WsOf = typename Ops::template Buf<float>;
 inline const bf16* wd(const UnitView& w, size_t off) { return w.dense + off; }
 inline float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
 
+// The sequences of a microbatch, each as its first token row (in the TP-gathered token order) and a Ctx of that one
+// sequence: mb sequences of seq_local tokens (f gets `c` itself and its index b), or a packed microbatch's segments
+// (f gets a copy sized to the segment, index 0: positions restart, and nothing attends or convolves across them).
+template <class F>
+void for_each_sequence(Ctx& c, F&& f) {
+  if (c.segments.empty()) {
+    for (int b = 0; b < c.mb; ++b) f(int64_t(b) * c.seq_local, b, c);
+    return;
+  }
+  int64_t at = 0;
+  for (int64_t len : c.segments) {
+    Ctx s = c;
+    s.segments.clear();
+    s.seq = s.seq_local = s.chunk_len = s.tokens = len;
+    s.mb = 1;
+    s.rows = len / c.tp;
+    s.attention_pairs = 0;
+    f(at, 0, s);
+    c.attention_pairs += s.attention_pairs;
+    at += len;
+  }
+}
+
 // A [tokens x w] tensor: this rank's rows all-gathered over TP, or (without TP) the rows themselves, not copied.
 template <class Ops>
 using Rows = moe::GatheredRows<Ops>;

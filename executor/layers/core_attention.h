@@ -83,12 +83,22 @@ void cp_scatter_dkv(Ops& o, Ctx& c, const float* dK, const float* dV, float* dk_
   o.cols_out(mine.data(), 2 * kvc, 0, L, kvc, kvc, dv_loc);
 }
 
+// Query-key pairs of causal queries at positions [a, b) (keys 0 .. position, at most `window` of them when > 0).
+inline double causal_pairs(int64_t a, int64_t b, int64_t window) {
+  auto upto = [&](int64_t n) {  // sum over positions p < n of min(p + 1, window)
+    if (window <= 0 || n <= window) return double(n) * double(n + 1) / 2;
+    return double(window) * double(window + 1) / 2 + double(n - window) * double(window);
+  };
+  return upto(b) - upto(a);
+}
+
 // One sequence: q [seq_local x hq x hd] -> o, lse [chunk][hq x chunk_len], against the whole sequence's K/V.
 template <class Ops, class KV>
 void attention_seq_fwd(Ops& o, Ctx& c, bool sliding, const float* q, const KV& kv, float* out, float* lse) {
   const int64_t qc = c.d.q_cols(), Sc = c.chunk_len;
   for (int ch = 0; ch < c.chunks; ++ch) {
     const attention::Options opt = attn_opts(c, sliding, ch);
+    c.attention_pairs += causal_pairs(opt.q_start, opt.q_start + Sc, opt.window);
     const attention::Shape s{Sc, opt.q_start + Sc, c.d.hq, c.d.hkv, c.d.hd};
     o.attention_fwd(c, s, q + ch * Sc * qc, kv.k.data(), kv.v.data(), out + ch * Sc * qc, lse + ch * c.d.hq * Sc, opt);
   }
@@ -115,26 +125,39 @@ template <class Ops>
 void rope_all(Ops& o, Ctx& c, float* x, int64_t heads, bool backward) {
   if (c.d.rotary == 0) return;
   const int64_t w = heads * c.d.hd;
-  for (int b = 0; b < c.mb; ++b)
-    for (int ch = 0; ch < c.chunks; ++ch) {
+  for_each_sequence(c, [&](int64_t at, int, Ctx& s) {
+    for (int ch = 0; ch < s.chunks; ++ch) {
       attention::RopeOptions ro;
-      ro.rotary_dim = c.d.rotary;
-      ro.theta = c.rope_theta;
-      ro.start = c.chunk_start(ch);
-      o.rope(c.chunk_len, heads, c.d.hd, x + (int64_t(b) * c.seq_local + ch * c.chunk_len) * w, ro, backward);
+      ro.rotary_dim = s.d.rotary;
+      ro.theta = s.rope_theta;
+      ro.start = s.chunk_start(ch);
+      o.rope(s.chunk_len, heads, s.d.hd, x + (at + ch * s.chunk_len) * w, ro, backward);
     }
+  });
 }
 
-// Core attention over every sequence of the microbatch: o and lse from q, k, v.
+// Core attention over every sequence of the microbatch: o and lse from q, k, v (lse [sequence][chunk][hq x len]).
 template <class Ops>
 void core_attention_fwd(Ops& o, Ctx& c, bool sliding, const float* q, const float* k, const float* v, float* out,
                         float* lse) {
-  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols(), L = c.seq_local;
-  for (int b = 0; b < c.mb; ++b) {
-    const FullKV<Ops> kv = cp_gather_kv(o, c, k + b * L * kvc, v + b * L * kvc);
-    attention_seq_fwd(o, c, sliding, q + b * L * qc, kv, out + b * L * qc, lse + int64_t(b) * c.d.hq * L);
-  }
+  const int64_t qc = c.d.q_cols(), kvc = c.d.kv_cols();
+  for_each_sequence(c, [&](int64_t at, int, Ctx& s) {
+    const FullKV<Ops> kv = cp_gather_kv(o, s, k + at * kvc, v + at * kvc);
+    attention_seq_fwd(o, s, sliding, q + at * qc, kv, out + at * qc, lse + at * s.d.hq);
+  });
   o.round(out, size_t(c.tokens * qc));
+}
+
+// Its backward over every sequence: dq, dk, dv (this rank's rows) from the saved q, k, v, o, lse and dO.
+template <class Ops>
+void core_attention_bwd(Ops& o, Ctx& c, bool sliding, const float* q, const float* k, const float* v, const float* out,
+                        const float* lse, const float* dO, float* dq, float* dk, float* dv, int64_t kv_cols) {
+  const int64_t qc = c.d.q_cols();
+  for_each_sequence(c, [&](int64_t at, int, Ctx& s) {
+    const FullKV<Ops> kv = cp_gather_kv(o, s, k + at * kv_cols, v + at * kv_cols);
+    attention_seq_bwd(o, s, sliding, q + at * qc, kv, out + at * qc, lse + at * s.d.hq, dO + at * qc, dq + at * qc,
+                      dk + at * kv_cols, dv + at * kv_cols);
+  });
 }
 
 }  // namespace lcplan::exec::impl

@@ -42,7 +42,7 @@ void gdn_seq_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, int b, 
   WsOf<Ops> carry = o.ws(size_t(M));
   for (int ch = 0; ch < c.chunks; ++ch) {
     const int seg = ch == 0 ? c.cp_rank : 2 * c.cp - 1 - c.cp_rank;
-    const int64_t r0 = int64_t(b) * c.seq_local + ch * Sc;
+    const int64_t r0 = ch * Sc;  // the row pointers start at this sequence
     WsOf<Ops> msg = o.ws(size_t(M));  // state | history entering this segment
     bool has_prev = false;
     if (c.cp == 1) {
@@ -115,9 +115,11 @@ void gdn_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const float
   WsOf<Ops> conv = o.ws(size_t(T * gs.C)), la_o = o.ws(size_t(T * gs.vd));
   WsOf<Ops> cp_state;
   if (c.cp > 1 && !rebuild_state) cp_state = WsOf<Ops>(c.tr, Category::Activations, size_t(c.mb * c.chunks * (gs.S + gs.hist)));
-  for (int b = 0; b < c.mb; ++b)
-    gdn_seq_fwd(o, c, u, w, b, proj.data(), gb.data(), conv.data(), la_o.data(),
-                cp_state.empty() ? nullptr : cp_state.data(), rebuild_state ? rebuild_state->data() : nullptr);
+  for_each_sequence(c, [&](int64_t at, int b, Ctx& s) {
+    gdn_seq_fwd(o, s, u, w, b, proj.data() + at * gs.P, gb.data() + at * 2 * lv, conv.data() + at * gs.C,
+                la_o.data() + at * gs.vd, cp_state.empty() ? nullptr : cp_state.data(),
+                rebuild_state ? rebuild_state->data() : nullptr);
+  });
   WsOf<Ops> z = o.ws(size_t(T * gs.vd)), gn = o.ws(size_t(T * gs.vd));
   o.cols_out(proj.data(), gs.P, 0, T, 2 * gs.kd + gs.vd, gs.vd, z.data());
   o.gated_norm(la_o.data(), z.data(), wd(w, u.off.gnorm), gn.data(), T, d.lv, d.dv);
@@ -145,7 +147,7 @@ void gdn_seq_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const U
   bool have_carry = false;
   for (int ch = c.chunks - 1; ch >= 0; --ch) {
     const int seg = ch == 0 ? c.cp_rank : 2 * c.cp - 1 - c.cp_rank;
-    const int64_t r0 = int64_t(b) * c.seq_local + ch * Sc;
+    const int64_t r0 = ch * Sc;  // the row pointers start at this sequence
     const bool has_prev = c.cp > 1 && seg > 0, has_next = c.cp > 1 && seg < 2 * c.cp - 1;
     WsOf<Ops> in = o.ws(size_t(M));  // dS | d_history arriving from the next segment
     if (has_next) {
@@ -228,10 +230,11 @@ void gdn_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitG
   dz.reset();
   WsOf<Ops> conv = o.load(sv.conv);
   WsOf<Ops> convw = o.widen(wd(w, u.off.conv), size_t(gs.C * d.conv));
-  for (int b = 0; b < c.mb; ++b)
-    gdn_seq_bwd(o, c, u, w, g, b, proj.data(), conv.data(), sv.gb.data(),
-                sv.cp_state.empty() ? nullptr : sv.cp_state.data(), dla.data(), dproj.data(), convw.data(),
-                gd(g, u.off.conv));
+  for_each_sequence(c, [&](int64_t at, int b, Ctx& s) {
+    gdn_seq_bwd(o, s, u, w, g, b, proj.data() + at * gs.P, conv.data() + at * gs.C, sv.gb.data() + at * 2 * d.lv,
+                sv.cp_state.empty() ? nullptr : sv.cp_state.data(), dla.data() + at * gs.vd, dproj.data() + at * gs.P,
+                convw.data(), gd(g, u.off.conv));
+  });
   conv.reset();
   dla.reset();
   proj.reset();

@@ -137,7 +137,7 @@ void mla_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitG
              BasicLayerSaved<Ops::template Buf>& sv, const float* dy, float* dn1) {
   const Dims& d = c.d;
   const int64_t T = c.tokens, R = c.rows, H = d.H, hl = d.hq, qk = d.hd, qc = d.q_cols(), vc = d.mla_v_cols(),
-                L = c.seq_local, ql = d.mla_ql, kvl = d.mla_kvl, rope = d.mla_rope, nope = d.mla_nope, vd = d.mla_vd,
+                ql = d.mla_ql, kvl = d.mla_kvl, rope = d.mla_rope, nope = d.mla_nope, vd = d.mla_vd,
                 kva = kvl + rope, kvb = d.mla_kvb_cols();
   // o_proj, then the core attention on the padded head dim.
   WsOf<Ops> dq = o.ws(size_t(T * qc)), dk = o.ws(size_t(T * qc)), dvp = o.ws(size_t(T * qc));
@@ -150,12 +150,8 @@ void mla_bwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const UnitG
     WsOf<Ops> q = o.load(sv.q), k = o.load(sv.k), v = o.load(sv.v);
     WsOf<Ops> vp = mla_pad_v(o, c, v.data());
     v.reset();
-    for (int b = 0; b < c.mb; ++b) {
-      const FullKV<Ops> kv = cp_gather_kv(o, c, k.data() + b * L * qc, vp.data() + b * L * qc);
-      attention_seq_bwd(o, c, false, q.data() + b * L * qc, kv, out.data() + b * L * qc,
-                        sv.lse.data() + int64_t(b) * hl * L, dO.data() + b * L * qc, dq.data() + b * L * qc,
-                        dk.data() + b * L * qc, dvp.data() + b * L * qc);
-    }
+    core_attention_bwd(o, c, false, q.data(), k.data(), vp.data(), out.data(), sv.lse.data(), dO.data(), dq.data(),
+                       dk.data(), dvp.data(), qc);
   }
   rope_all(o, c, dq.data(), hl, true);
   rope_all(o, c, dk.data(), hl, true);

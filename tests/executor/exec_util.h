@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,19 @@ inline Plan make_plan(const std::string& model, const PlanArgs& a) {
   p.moe.ep_chunks = a.ep_chunks;
   p.implementation = "lcplan-exec";
   return p;
+}
+
+// Busiest rank's routed token copies over the mean among the ranks of one pipeline stage (each stage holds its own
+// MoE layers, so loads are per stage): the routing_imbalance the estimate of what ran takes.
+inline double stage_load(const ExecResult& r, int stage) {
+  double sum = 0, mx = 0, n = 0;
+  for (const RankReport& rr : r.ranks)
+    if (rr.stage == stage) {
+      sum += rr.moe_rows_received;
+      mx = std::max(mx, rr.moe_rows_received);
+      ++n;
+    }
+  return sum > 0 ? std::max(1.0, mx / (sum / n)) : 1.0;
 }
 
 // Runs the scaled case on groups of plan.gpus consecutive ranks of `world` (every group runs the same plan).

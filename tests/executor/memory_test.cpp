@@ -25,19 +25,6 @@ std::string row(const char* what, const MemoryBreakdown& b) {
 
 class MemoryTable : public ::testing::TestWithParam<ExecCase> {};
 
-// Busiest rank's routed token copies over the mean among the ranks of one pipeline stage (each stage holds its own
-// MoE layers, so loads are per stage).
-double stage_load(const ExecResult& r, int stage) {
-  double sum = 0, mx = 0, n = 0;
-  for (const RankReport& rr : r.ranks)
-    if (rr.stage == stage) {
-      sum += rr.moe_rows_received;
-      mx = std::max(mx, rr.moe_rows_received);
-      ++n;
-    }
-  return sum > 0 ? std::max(1.0, mx / (sum / n)) : 1.0;
-}
-
 TEST_P(MemoryTable, WithinFivePercent) {
   helpers::World w;
   const ExecCase& mc = GetParam();
