@@ -63,10 +63,17 @@ void register_report(CLI::App& app, int& exit_code) {
   cmd->callback([a, cmd, &exit_code]() {
     ReportInput in;
     const std::optional<LengthDistribution> dist = read_batch_lengths(a->batches, a->plan);
-    if (dist && a->is_search)
-      throw UserError("--search with --seq-lengths is not drawn yet (valid: a report of one plan over --seq-lengths, or "
-                      "lcplan search --seq-lengths for the search's table)");
-    if (a->is_search) {
+    if (dist && a->is_search) {
+      BatchSearchRun run = run_batch_search(a->plan, a->search, a->batches, *dist);
+      print_warnings(run.setup.start);
+      if (run.result.top.empty())
+        throw UserError("no plan fits its fullest microbatch over --seq-lengths (lcplan search --seq-lengths prints the "
+                        "table; valid: more GPUs, a smaller --tokens-per-microbatch, or shorter sequences)");
+      in.batch_search = batch_search_json(run.result);
+      in.estimate = estimate_batch_record(run.setup.in, run.result.top.front().plan).record;
+      in.model = std::move(run.setup.in.model);
+      in.hardware = std::move(run.setup.in.hardware);
+    } else if (a->is_search) {
       SearchRun run = run_search(a->plan, a->search);
       in.search = search_json(run.result, run.recipe);
       in.estimate = in.search.at("top").at(0);

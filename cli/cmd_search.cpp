@@ -30,15 +30,11 @@ void search_over_batches(SearchArgs& a, const LengthDistribution& dist) {
   if (!a.emit.empty() || a.out_plan != "1" || a.explain_rejects)
     throw UserError("--out-plan, --emit and --explain-rejects do not apply to a search over --seq-lengths yet "
                     "(valid: the table, --json, or --out for the best plan)");
-  SearchSetup s = prepare_search(a.plan, a.search);
+  const BatchSearchRun run = run_batch_search(a.plan, a.search, a.batches, dist);
+  const SearchSetup& s = run.setup;
+  const BatchSearchResult& r = run.result;
+  const PackingOptions& packing = run.packing;
   print_warnings(s.start);
-  if (s.global_batch_defaulted && !a.batches.global_tokens.empty()) s.base.global_batch = 0;  // tokens size the step
-  prepare_batches(a.batches, dist, s.in.model, s.base);
-  const PackingOptions packing = s.base.batches->packing;
-  Plan base = s.base;
-  base.batches = nullptr;  // each candidate gets its own (its budget)
-  const BatchSearchResult r =
-      search_batches(s.in.model, base, s.space, s.in.hardware, s.in.calibration, s.options, dist, packing);
   if (!a.out.empty()) {
     if (r.top.empty()) throw UserError("--out " + a.out + ": no plan fits its fullest microbatch (see the search's table)");
     write_plan_file(a.out, r.top.front().plan);  // with its batches and budget

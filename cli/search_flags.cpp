@@ -123,4 +123,18 @@ SearchRun run_search(const PlanFlags& flags, const SearchFlags& a) {
   return {std::move(base), s.global_batch_defaulted, std::move(in), opt, std::move(r), std::move(recipe)};
 }
 
+BatchSearchRun run_batch_search(const PlanFlags& plan, const SearchFlags& flags, const BatchFlags& batches,
+                                const LengthDistribution& dist) {
+  BatchSearchRun run;
+  SearchSetup& s = run.setup;
+  s = prepare_search(plan, flags);
+  if (s.global_batch_defaulted && !batches.global_tokens.empty()) s.base.global_batch = 0;  // tokens size the step
+  prepare_batches(batches, dist, s.in.model, s.base);
+  run.packing = s.base.batches->packing;
+  Plan base = s.base;
+  base.batches = nullptr;  // each candidate gets its own (its budget)
+  run.result = search_batches(s.in.model, base, s.space, s.in.hardware, s.in.calibration, s.options, dist, run.packing);
+  return run;
+}
+
 }  // namespace lcplan::cli

@@ -7,7 +7,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/batch_flags.h"
 #include "cli/plan_flags.h"
+#include "search/batch_search.h"
 #include "search/reduce.h"
 #include "search/search.h"
 #include "search/space_constraints.h"
@@ -46,5 +48,15 @@ struct SearchRun {
 
 // Throws UserError for bad flags, and with explain_infeasible's sentence when nothing fits.
 SearchRun run_search(const PlanFlags& plan, const SearchFlags& flags);
+
+// search --seq-lengths (and report --search --seq-lengths): the layouts and token budgets that maximize expected
+// tokens/s over the batches drawn from `dist`, each kept plan fitting its fullest microbatch.
+struct BatchSearchRun {
+  SearchSetup setup;
+  PackingOptions packing;  // as the flags gave it (a candidate's budget is its own)
+  BatchSearchResult result;
+};
+BatchSearchRun run_batch_search(const PlanFlags& plan, const SearchFlags& flags, const BatchFlags& batches,
+                                const LengthDistribution& dist);
 
 }  // namespace lcplan::cli

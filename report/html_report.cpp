@@ -760,6 +760,27 @@ size_t matched_measured_runs(const ReportInput& in) {
   return n;
 }
 
+// A search over a length distribution (`search --seq-lengths`): its best plans, each over every drawn step, with the
+// token budget it packs by, the expected step and its spread, the straggler's share and the fullest microbatch's peak.
+std::string batch_search_section(const json& s) {
+  std::vector<std::vector<std::string>> rows;
+  int rank = 1;
+  for (const json& c : s.at("top")) {
+    const json& b = c.at("batches");
+    rows.push_back({std::to_string(rank++), plan_label(record_plan(c)), fmt("%.0f", value(c, "tokens_per_microbatch")),
+                    fmt("%.0f", value(b, "tokens_per_second_per_gpu")), fmt("%.3f", value(b, "step_seconds/mean")),
+                    fmt("%.3f", value(b, "step_seconds/p10")) + " - " + fmt("%.3f", value(b, "step_seconds/p90")),
+                    fmt("%.1f%%", 100 * value(b, "straggler_share")), fmt("%.2f", value(b, "peak_bytes/max") / GiB)});
+  }
+  return "<h2>Best plans over the drawn batches</h2>\n<p class=\"sub\">" + fmt("%.0f", value(s, "searches")) +
+         " fixed-length searches (CP size x token budget), " + fmt("%.0f", value(s, "candidates")) + " candidates, " +
+         fmt("%.0f", value(s, "feasible")) + " fit their fullest microbatch; searched in " +
+         fmt("%.1f", value(s, "seconds") * 1e3) + " ms</p>\n" +
+         table({"#", "plan", "tokens per GPU per microbatch", "tokens/s per GPU", "step s (mean)", "step s (p10 - p90)",
+                "straggler", "peak GiB (fullest)"},
+               rows, "num", 2);
+}
+
 // Variable-length batches (`estimate --seq-lengths`): the drawn microbatches' tokens as a histogram, the peak by
 // percentile and the step with its straggler.
 std::string batches_section(const json& b) {
@@ -803,7 +824,7 @@ std::string batches_section(const json& b) {
 std::string report_html(const ReportInput& in) {
   const json& rec = in.estimate;
   const Plan plan = record_plan(rec);
-  const bool is_search = in.search.is_object();
+  const bool is_search = in.search.is_object(), is_batch_search = in.batch_search.is_object();
   const json* recipe = is_search && in.search.contains("reduced_recipe") && in.search.at("reduced_recipe").contains("estimate")
                            ? &in.search.at("reduced_recipe").at("estimate")
                            : nullptr;
@@ -816,13 +837,16 @@ std::string report_html(const ReportInput& in) {
   o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << escape(title) << "</title>\n"
     << "<style>" << kCss << "</style>\n</head>\n<body>\n";
   o << "<h1>" << escape(title) << "</h1>\n";
-  o << "<p class=\"sub\">" << escape(is_search ? "search: the fastest plan that fits, the Pareto front and the reduced recipe"
-                                               : "estimate of one plan")
+  o << "<p class=\"sub\">"
+    << escape(is_search         ? "search: the fastest plan that fits, the Pareto front and the reduced recipe"
+              : is_batch_search ? "search over a length distribution: the most expected tokens/s whose fullest "
+                                  "microbatch fits"
+                                : "estimate of one plan")
     << (in.command.empty() ? "" : " &middot; <code>" + escape(in.command) + "</code>") << "</p>\n";
   o << "<p class=\"note\">Memory in GiB (2<sup>30</sup> bytes) per GPU; TFLOP/s are model FLOPs per GPU (recompute not "
        "counted). Hover a bar segment or a point for its numbers.</p>\n";
 
-  o << "<h2>" << (is_search ? "Chosen plan: " : "Plan: ") << escape(plan_label(plan)) << "</h2>\n";
+  o << "<h2>" << (is_search || is_batch_search ? "Chosen plan: " : "Plan: ") << escape(plan_label(plan)) << "</h2>\n";
   o << "<div class=\"cols\"><div>" << summary_table(rec, measured) << "</div><div>" << model_table(in.model)
     << "</div></div>\n";
   if (rec.contains("warnings") && !rec.at("warnings").empty()) o << "<div class=\"warn\">" << list(rec.at("warnings")) << "</div>\n";
@@ -840,9 +864,10 @@ std::string report_html(const ReportInput& in) {
   o << "<h3>Peak memory per pipeline stage" << (rec.contains("batches") ? " at the fullest microbatch" : "") << "</h3>\n"
     << memory_chart(rec, measured, plan_label(plan)) << memory_table(rec);
   o << "<h3>Step time</h3>\n";
-  std::vector<TimeRow> rows = {{is_search ? "chosen plan" : "plan", &rec, measured}};
+  std::vector<TimeRow> rows = {{is_search || is_batch_search ? "chosen plan" : "plan", &rec, measured}};
   if (recipe) rows.push_back({"reduced recipe", recipe, runs_for(in.measured, record_plan(*recipe), in.hardware)});
   o << time_chart(rows) << time_table(rec);
+  if (is_batch_search) o << batch_search_section(in.batch_search);
 
   if (is_search) {
     const json& s = in.search;
@@ -884,7 +909,7 @@ std::string report_html(const ReportInput& in) {
     if (i + half < fields.size()) r.insert(r.end(), fields[i + half].begin(), fields[i + half].end());
     plan_rows.push_back(r);
   }
-  o << "<h2>" << (is_search ? "Chosen plan" : "Plan") << " as recipe.json fields</h2>\n"
+  o << "<h2>" << (is_search || is_batch_search ? "Chosen plan" : "Plan") << " as recipe.json fields</h2>\n"
     << table({"field", "value", "field", "value"}, plan_rows, "kv");
 
   if (!in.measured.empty()) {

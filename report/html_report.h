@@ -34,6 +34,9 @@ struct ReportInput {
   Hardware hardware;
   nlohmann::json estimate;  // the plan drawn: `lcplan estimate --json`'s record, or the search's best (top[0])
   nlohmann::json search;    // `lcplan search --json`'s record for a search report, else null
+  // `lcplan search --seq-lengths --json`'s record for a search over a length distribution, else null; `estimate`
+  // is then its best plan's record over the drawn batches.
+  nlohmann::json batch_search;
   std::vector<MeasuredRun> measured;
   std::string command;      // the command line that made the page, shown at the top
 };

@@ -462,6 +462,27 @@ TEST(GoodInvocation, SearchOverSequenceLengthsWritesARecipeThatEstimatesTheSame)
   EXPECT_EQ(estimated.at("batches").at("plan"), searched.at("top").at(0).at("plan"));
 }
 
+// report --search --seq-lengths: the page of the same search, its best plan's expected tokens/s as search printed it.
+TEST(GoodInvocation, ReportOfASearchOverSequenceLengths) {
+  const fs::path lengths = scratch() / "lengths_report.json", page = scratch() / "batches_search.html";
+  std::ofstream(lengths) << "[[4096, 6], [32768, 3], [131072, 1]]";
+  const std::vector<std::string> flags = {"--model", "qwen3.5-35b-a3b", "--gpus", "32", "--implementation", "bumblebee",
+                                          "--seq-lengths", lengths.string(), "--global-tokens", "4M", "--samples", "4"};
+  std::vector<std::string> search = {"search", "--json"}, report = {"report", "--search", "--out", page.string()};
+  search.insert(search.end(), flags.begin(), flags.end());
+  report.insert(report.end(), flags.begin(), flags.end());
+  const Outcome s = run_lcplan(search);
+  ASSERT_EQ(s.status, 0) << s.err;
+  const Outcome r = run_lcplan(report);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string html = slurp(page);
+  EXPECT_NE(html.find("Best plans over the drawn batches"), std::string::npos);
+  char best[32];
+  std::snprintf(best, sizeof best, "%.0f",
+                nlohmann::json::parse(s.out).at("top").at(0).at("batches").at("tokens_per_second_per_gpu").get<double>());
+  EXPECT_NE(html.find(best), std::string::npos) << best;
+}
+
 TEST(GoodInvocation, EstimateJsonOutIsTheRecord) {
   const fs::path out = scratch() / "estimate.json";
   std::vector<std::string> args = ref({"--ep", "8", "--cp", "4", "--json", "--out", out.string()});

@@ -14,6 +14,7 @@
 #include "models/zoo.h"
 #include "report/html_report.h"
 #include "report/svg.h"
+#include "search/batch_search.h"
 #include "search/emit.h"
 #include "search/reduce.h"
 #include "search/search.h"
@@ -448,6 +449,45 @@ TEST(Report, VariableLengthBatchesDrawTheirMicrobatchHistogram) {
   EXPECT_NE(html.find(fmt("%.2f", b.peak_p99_bytes / GiB)), std::string::npos);
   EXPECT_NE(html.find(fmt("%.1f", 100 * b.straggler_share) + "%"), std::string::npos);
   expect_no_overlapping_text(m, "batches");
+}
+
+// A search over a length distribution (report --search --seq-lengths): the chosen plan's batches are drawn and every
+// best plan is listed with its record's own expected tokens/s and fullest-microbatch peak, no label overlapping.
+TEST(Report, BatchSearchListsItsBestPlansOverTheDrawnBatches) {
+  Plan base;
+  base.model = "qwen3.5-35b-a3b";
+  base.gpus = 32;
+  base.gpus_per_node = 8;
+  base.seq_len = 131072;
+  base.global_batch = 32;
+  base.implementation = "bumblebee";
+  const Inputs c = inputs(base);
+  PackingOptions o;
+  o.samples = 4;
+  SearchOptions opt;
+  opt.headroom_bytes = 4.0 * (1 << 30);
+  opt.top_k = 4;
+  const LengthDistribution dist{{4096, 32768, 131072}, {6, 3, 1}};
+  const BatchSearchResult r = search_batches(c.model, base, default_space(c.model, base), c.hw, c.cal, opt, dist, o);
+  ASSERT_GE(r.top.size(), 2u);
+  ReportInput in;
+  in.model = c.model;
+  in.hardware = c.hw;
+  in.batch_search = batch_search_json(r);
+  const BatchEstimate& best = r.top.front().batches;
+  in.estimate = estimate_to_json(best.worst_estimate, best.worst_plan);
+  in.estimate["batches"] = batch_estimate_to_json(best);
+  const std::string html = report_html(in);
+  const size_t at = html.find("Best plans over the drawn batches");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_NE(html.find("Chosen plan: "), std::string::npos);
+  for (const BatchCandidate& b : r.top) {
+    EXPECT_NE(html.find(fmt("%.0f", b.batches.tokens_per_second_per_gpu), at), std::string::npos);
+    EXPECT_NE(html.find(fmt("%.2f", b.batches.peak_max_bytes / GiB), at), std::string::npos);
+  }
+  const Markup m = page(in);
+  EXPECT_EQ(m.all("rect", "batch-bin").size(), best.token_histogram.size());
+  expect_no_overlapping_text(m, "batch search");
 }
 
 TEST(Report, NothingLoadsFromElsewhere) {
