@@ -10,8 +10,10 @@
 #   exec-cuda.json / exec-cuda.txt   one lcplan-exec --backend cuda --cupti run of a 1-GPU dense plan (its record:
 #                  CUDA-event and CUPTI seconds per phase) and `lcplan validate` of it against its estimate;
 #   exec-cuda-moe.json / exec-cuda-moe.txt   the same for a 1-GPU Qwen3.5 MoE plan;
+#   exec-cuda-packed.json / exec-cuda-packed.txt   the same for a packed (THD) microbatch of four sequences;
 #   sanitizer.txt  compute-sanitizer memcheck of each GPU test binary, in the time left;
 #   summary.txt    one line per step: pass, FAIL, skipped or not run (out of time).
+# Everything but summary.txt is then packed into device-check.tgz (the device tool returns at most 8 files).
 # Exit status: 0 when every step that ran passed, 1 otherwise, 2 when the pack is missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +69,7 @@ esac
 
 # 2. The executor itself on the device: one GPU (the node may have no second), three steps, CUPTI per phase; a dense
 #    plan, then Qwen3.5-35B-A3B scaled (gated DeltaNet, MoE in two EP chunks, executor/moe_cuda.cpp).
-for run in "exec-cuda dense-1gpu.json 16 2" "exec-cuda-moe moe-1gpu.json 64 1"; do
+for run in "exec-cuda dense-1gpu.json 16 2" "exec-cuda-moe moe-1gpu.json 64 1" "exec-cuda-packed packed-1gpu.json 64 1"; do
   read -r name plan scale layers <<<"$run"
   if [ "$rc" -eq 77 ]; then
     note skipped "lcplan-exec --backend cuda $plan (no usable device)"
@@ -124,4 +126,7 @@ else
   done <<<"$rows"
 fi
 echo "device_check: $(grep -c '^pass' "$summary") passed, $(grep -c '^FAIL' "$summary") failed in $((SECONDS - start)) s"
+# The device tool brings back at most 8 files: everything but the summary travels as one archive.
+(cd "$out" && find . -maxdepth 1 -type f ! -name summary.txt ! -name device-check.tgz -printf '%P\n' |
+  tar czf device-check.tgz -T - --remove-files)
 exit $status
