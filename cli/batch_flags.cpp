@@ -12,6 +12,9 @@ void add_batch_flags(CLI::App* cmd, BatchFlags& f) {
   cmd->add_option("--tokens-per-microbatch", f.tokens_per_microbatch,
                   "with --seq-lengths: tokens per GPU per microbatch (x cp per microbatch), packed first-fit decreasing "
                   "(default: --micro-batch sequences per microbatch)");
+  cmd->add_option("--packing", f.packing,
+                  "with --tokens-per-microbatch: first_fit (default: first-fit decreasing, as many microbatches as a rank "
+                  "needs) or balanced (RL trainers' dynamic batch size: the same count on every DP rank, tokens balanced)");
   cmd->add_option("--global-tokens", f.global_tokens, "with --seq-lengths: tokens per step instead of --global-batch sequences");
   cmd->add_option("--samples", f.samples, "with --seq-lengths: steps drawn from the distribution (default 16)");
   cmd->add_option("--seed", f.seed, "with --seq-lengths: seed of the draws (default 1)");
@@ -33,12 +36,12 @@ std::optional<LengthDistribution> read_batch_lengths(const BatchFlags& f, PlanFl
 }
 
 bool prepare_batches(const BatchFlags& f, const std::optional<LengthDistribution>& dist, const ModelSpec& m, Plan& plan) {
-  const bool packing_flags = !f.tokens_per_microbatch.empty() || !f.global_tokens.empty() || !f.samples.empty() ||
-                             !f.seed.empty() || f.beyond_max_position;
+  const bool packing_flags = !f.tokens_per_microbatch.empty() || !f.packing.empty() || !f.global_tokens.empty() ||
+                             !f.samples.empty() || !f.seed.empty() || f.beyond_max_position;
   if (!dist && !plan.batches) {
     if (packing_flags)
-      throw UserError("--tokens-per-microbatch, --global-tokens, --samples, --seed and --beyond-max-position need "
-                      "--seq-lengths FILE (or a recipe with \"batches\")");
+      throw UserError("--tokens-per-microbatch, --packing, --global-tokens, --samples, --seed and --beyond-max-position "
+                      "need --seq-lengths FILE (or a recipe with \"batches\")");
     return false;
   }
   BatchSpec b = dist ? BatchSpec{*dist, {}} : *plan.batches;
@@ -50,6 +53,9 @@ bool prepare_batches(const BatchFlags& f, const std::optional<LengthDistribution
   PackingOptions& o = b.packing;
   if (!f.tokens_per_microbatch.empty()) o.tokens_per_microbatch = parse_size(f.tokens_per_microbatch, "--tokens-per-microbatch");
   if (!f.global_tokens.empty()) o.global_tokens = parse_size(f.global_tokens, "--global-tokens");
+  if (!f.packing.empty()) o.policy = parse_packing_policy(f.packing, "--packing");
+  if (o.policy == PackingPolicy::Balanced && o.tokens_per_microbatch <= 0)
+    throw UserError("--packing balanced splits a rank's tokens by a budget (valid: with --tokens-per-microbatch N)");
   if (o.tokens_per_microbatch > 0 && plan.micro_batch != 1)
     throw UserError("--tokens-per-microbatch " + std::to_string(o.tokens_per_microbatch) + " and --micro-batch " +
                     std::to_string(plan.micro_batch) + " both size the microbatch (valid: one of them)");

@@ -14,6 +14,7 @@ namespace lcplan::cli {
 struct BatchFlags {
   std::string seq_lengths;           // --seq-lengths FILE
   std::string tokens_per_microbatch;  // --tokens-per-microbatch N (per GPU, after CP)
+  std::string packing;                // --packing first_fit|balanced
   std::string global_tokens;         // --global-tokens N
   std::string samples, seed;
   bool beyond_max_position = false;  // the run extends positions past the model's max_position (YaRN, RoPE scaling)

@@ -94,14 +94,23 @@ LengthDistribution read_seq_lengths_file(const std::string& path) {
   return parse_seq_lengths(s.str(), path);
 }
 
+const char* to_string(PackingPolicy p) { return p == PackingPolicy::Balanced ? "balanced" : "first_fit"; }
+
+PackingPolicy parse_packing_policy(const std::string& s, const std::string& what) {
+  if (s == "first_fit") return PackingPolicy::FirstFit;
+  if (s == "balanced") return PackingPolicy::Balanced;
+  throw UserError(what + " is \"" + s + "\" (valid: first_fit, balanced)");
+}
+
 BatchSpec batch_spec_from_json(const nlohmann::json& j) {
   const std::string w = "plan: \"batches\"";
   if (!j.is_object() || !j.contains("seq_lengths"))
     throw UserError(w + " must be an object with \"seq_lengths\" (a list of lengths or of [length, count] pairs)");
   for (const auto& [k, v] : j.items())
-    if (k != "seq_lengths" && k != "tokens_per_microbatch" && k != "global_tokens" && k != "samples" && k != "seed")
-      throw UserError(w + " has unknown field \"" + k + "\" (valid: seq_lengths, tokens_per_microbatch, global_tokens, "
-                      "samples, seed)");
+    if (k != "seq_lengths" && k != "tokens_per_microbatch" && k != "packing" && k != "global_tokens" && k != "samples" &&
+        k != "seed")
+      throw UserError(w + " has unknown field \"" + k + "\" (valid: seq_lengths, tokens_per_microbatch, packing, "
+                      "global_tokens, samples, seed)");
   BatchSpec b;
   b.lengths = parse_seq_lengths(j.at("seq_lengths").dump(), w + ".seq_lengths");
   auto integer = [&](const char* key, int64_t lo, int64_t hi, int64_t fallback) {
@@ -114,6 +123,11 @@ BatchSpec batch_spec_from_json(const nlohmann::json& j) {
   };
   b.packing.tokens_per_microbatch = integer("tokens_per_microbatch", 0, int64_t(1) << 40, 0);
   b.packing.global_tokens = integer("global_tokens", 0, int64_t(1) << 40, 0);
+  if (j.contains("packing")) {
+    if (!j.at("packing").is_string())
+      throw UserError(w + ".packing is " + j.at("packing").dump() + " (valid: \"first_fit\" or \"balanced\")");
+    b.packing.policy = parse_packing_policy(j.at("packing").get<std::string>(), w + ".packing");
+  }
   b.packing.samples = int(integer("samples", 1, 10000, 16));
   b.packing.seed = uint64_t(integer("seed", 0, 2147483647, 1));
   return b;
@@ -124,6 +138,7 @@ nlohmann::json batch_spec_to_json(const BatchSpec& b) {
   for (size_t i = 0; i < b.lengths.lengths.size(); ++i) lengths.push_back({b.lengths.lengths[i], b.lengths.weights[i]});
   nlohmann::json j = {{"seq_lengths", lengths}, {"samples", b.packing.samples}, {"seed", b.packing.seed}};
   if (b.packing.tokens_per_microbatch > 0) j["tokens_per_microbatch"] = b.packing.tokens_per_microbatch;
+  if (b.packing.policy != PackingPolicy::FirstFit) j["packing"] = to_string(b.packing.policy);
   if (b.packing.global_tokens > 0) j["global_tokens"] = b.packing.global_tokens;
   return j;
 }

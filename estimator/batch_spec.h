@@ -23,10 +23,23 @@ struct LengthDistribution {
 LengthDistribution parse_seq_lengths(const std::string& text, const std::string& source);
 LengthDistribution read_seq_lengths_file(const std::string& path);
 
+// How a DP rank's sequences become microbatches under a token budget.
+enum class PackingPolicy : uint8_t {
+  // First-fit decreasing into microbatches of at most the budget; each rank has as many as it needs.
+  FirstFit,
+  // RL trainers' dynamic batch size (verl rearrange_micro_batches): every DP rank gets the same count, the most any
+  // rank's tokens need (ceil(tokens / budget), all-reduced with max; a multiple of pp under the interleaved
+  // schedule), and its sequences are split into that many microbatches of balanced tokens (longest first to the
+  // lightest), which may exceed the budget.
+  Balanced,
+};
+const char* to_string(PackingPolicy p);
+
 struct PackingOptions {
-  // Tokens per GPU per microbatch (after CP); a microbatch holds up to this times cp tokens, packed first-fit
-  // decreasing. 0: the plan's micro_batch sequences per microbatch, in the order drawn.
+  // Tokens per GPU per microbatch (after CP); a microbatch holds about this times cp tokens, packed by `policy`.
+  // 0: the plan's micro_batch sequences per microbatch, in the order drawn.
   int64_t tokens_per_microbatch = 0;
+  PackingPolicy policy = PackingPolicy::FirstFit;
   int64_t global_tokens = 0;  // tokens per step (sequences drawn until reached); 0: the plan's global batch in sequences
   int samples = 16;           // steps drawn
   uint64_t seed = 1;
@@ -38,8 +51,10 @@ struct BatchSpec {
   PackingOptions packing;
 };
 
-// The recipe's "batches" object: {"seq_lengths": [[length, count], ...], "tokens_per_microbatch", "global_tokens",
-// "samples", "seed"} (the last four optional). Bad input throws one UserError sentence.
+// The recipe's "batches" object: {"seq_lengths": [[length, count], ...], "tokens_per_microbatch", "packing",
+// "global_tokens", "samples", "seed"} (all but seq_lengths optional; "packing": "first_fit" or "balanced"). Bad input
+// throws one UserError sentence.
+PackingPolicy parse_packing_policy(const std::string& s, const std::string& what);
 BatchSpec batch_spec_from_json(const nlohmann::json& j);
 nlohmann::json batch_spec_to_json(const BatchSpec& b);
 

@@ -80,6 +80,28 @@ std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthD
       load[r] += order[k];
     }
     std::vector<std::vector<PackedMicrobatch>> step(dp);
+    if (o.tokens_per_microbatch > 0 && o.policy == PackingPolicy::Balanced) {
+      // verl's rearrange_micro_batches: the count the fullest rank needs, on every rank (all-reduce max), a multiple
+      // of pp under the interleaved schedule (Megatron groups microbatches by pp per virtual stage).
+      int64_t count = 1;
+      for (int r = 0; r < dp; ++r) count = std::max(count, (load[r] + capacity - 1) / capacity);
+      if (p.parallel.vpp > 1) count = (count + p.parallel.pp - 1) / p.parallel.pp * p.parallel.pp;
+      for (int r = 0; r < dp; ++r) {
+        // Longest first to the lightest microbatch (ranks[r] is in decreasing order); a rank with fewer sequences than
+        // the count runs one microbatch per sequence (verl asserts there; no empty microbatch is modelled).
+        std::vector<PackedMicrobatch> bins(size_t(std::min<int64_t>(count, int64_t(ranks[r].size()))));
+        for (int64_t l : ranks[r]) {
+          PackedMicrobatch& b = *std::min_element(bins.begin(), bins.end(), [](const auto& a, const auto& c) {
+            return a.tokens < c.tokens;
+          });
+          b.lengths.push_back(l);
+          b.tokens += l;
+        }
+        step[r] = std::move(bins);
+      }
+      steps.push_back(std::move(step));
+      continue;
+    }
     for (int r = 0; r < dp; ++r) {
       std::vector<PackedMicrobatch>& bins = step[r];
       for (int64_t l : ranks[r]) {
@@ -239,7 +261,10 @@ std::string batch_estimate_table(const BatchEstimate& b, const LengthDistributio
                 "Variable-length batches: %zu distinct lengths (mean %.0f, max %lld tokens), %s, %d steps drawn (seed %llu)\n",
                 dist.lengths.size(), dist.mean_length(), static_cast<long long>(dist.max_length()),
                 o.tokens_per_microbatch > 0
-                    ? ("packed first-fit decreasing into " + std::to_string(o.tokens_per_microbatch) + " tokens per GPU per microbatch").c_str()
+                    ? ((o.policy == PackingPolicy::Balanced ? "the same microbatch count on every DP rank, balanced by a budget of "
+                                                            : "packed first-fit decreasing into ") +
+                       std::to_string(o.tokens_per_microbatch) + " tokens per GPU per microbatch")
+                          .c_str()
                     : "the plan's micro batch of sequences per microbatch",
                 b.steps, static_cast<unsigned long long>(o.seed));
   s += buf;

@@ -2,6 +2,7 @@
 // costs the sum of squares, the packing keeps its budget and its draws, bad length files are refused.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <numeric>
 
 #include "common/data_dir.h"
@@ -136,6 +137,61 @@ TEST(PackingDraws, FirstFitDecreasingKeepsTheBudgetAndTheDraws) {
   EXPECT_TRUE(differs);
 }
 
+// RL trainers' dynamic batch size (verl rearrange_micro_batches): every DP rank runs the count the fullest rank needs,
+// a multiple of pp under the interleaved schedule, its tokens balanced over them; the same draws as first fit.
+TEST(PackingDraws, BalancedGivesEveryRankTheSameCount) {
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, 16384);
+  p.parallel.cp = 2;
+  p.global_batch = 64;
+  PackingOptions o;
+  o.tokens_per_microbatch = 8192;  // 16384 tokens per microbatch over cp 2
+  o.samples = 4;
+  o.seed = 7;
+  o.policy = PackingPolicy::Balanced;
+  const LengthDistribution d = {{1000, 3000, 9000, 15000}, {4, 3, 2, 1}};
+  const auto balanced = draw_steps(d, p, o);
+  o.policy = PackingPolicy::FirstFit;
+  const auto first_fit = draw_steps(d, p, o);
+  bool counts_differ_under_first_fit = false;
+  for (size_t s = 0; s < balanced.size(); ++s) {
+    size_t most = 0;
+    int64_t heaviest = 0;
+    for (size_t r = 0; r < balanced[s].size(); ++r) {
+      int64_t tokens = 0, ff_tokens = 0;
+      for (const auto& mb : balanced[s][r]) tokens += mb.tokens;
+      for (const auto& mb : first_fit[s][r]) ff_tokens += mb.tokens;
+      EXPECT_EQ(tokens, ff_tokens) << "the same sequences on the same rank";
+      heaviest = std::max(heaviest, tokens);
+      most = std::max(most, first_fit[s][r].size());
+      counts_differ_under_first_fit |= first_fit[s][r].size() != first_fit[s][0].size();
+    }
+    const size_t count = size_t((heaviest + 16383) / 16384);
+    for (const auto& rank : balanced[s]) {
+      EXPECT_EQ(rank.size(), count);
+      int64_t lo = INT64_MAX, hi = 0;
+      for (const auto& mb : rank) lo = std::min(lo, mb.tokens), hi = std::max(hi, mb.tokens);
+      EXPECT_LE(hi - lo, 15000 + 4) << "balanced within the longest sequence";
+    }
+    EXPECT_LE(count, most);
+  }
+  EXPECT_TRUE(counts_differ_under_first_fit) << "the case must tell the policies apart";
+  // Interleaved pipelines run a multiple of pp microbatches (a rank with fewer sequences runs one each).
+  p.gpus = 64;
+  p.parallel.pp = 4;
+  p.parallel.vpp = 2;
+  o.policy = PackingPolicy::Balanced;
+  for (const auto& step : draw_steps(d, p, o)) {
+    size_t count = 0;
+    for (const auto& rank : step) count = std::max(count, rank.size());
+    EXPECT_EQ(count % 4, 0u);
+    for (const auto& rank : step) {
+      size_t sequences = 0;
+      for (const auto& mb : rank) sequences += mb.lengths.size();
+      EXPECT_EQ(rank.size(), std::min(count, sequences));
+    }
+  }
+}
+
 // Memory is read at the fullest microbatch and the step at the slowest rank: a bimodal mix puts the peak at the
 // long sequences' microbatch and leaves a straggler; the record's worst estimate is that microbatch's plan.
 TEST_F(Packing, BimodalBatchesPeakAtTheFullestMicrobatchAndWaitForTheStraggler) {
@@ -219,11 +275,16 @@ TEST(SeqLengthFiles, RecipesCarryTheirBatches) {
   EXPECT_EQ(q.batches->packing.global_tokens, 1 << 20);
   EXPECT_EQ(q.batches->packing.samples, 3);
   EXPECT_EQ(q.batches->packing.seed, 9u);
+  EXPECT_EQ(q.batches->packing.policy, PackingPolicy::FirstFit);
+  o.policy = PackingPolicy::Balanced;
+  p.batches = std::make_shared<const BatchSpec>(BatchSpec{bimodal(), o});
+  EXPECT_EQ(plan_from_json(plan_to_json(p)).batches->packing.policy, PackingPolicy::Balanced);
   EXPECT_FALSE(microbatch_plan(q, {{16384}, 16384}, 1).batches);  // a microbatch's plan has none
   nlohmann::json j = plan_to_json(p);
   for (const nlohmann::json& bad : {nlohmann::json(1), nlohmann::json::object(),
                                     nlohmann::json({{"seq_lengths", {4096}}, {"samples", 0}}),
                                     nlohmann::json({{"seq_lengths", {4096}}, {"budget", 1}}),
+                                    nlohmann::json({{"seq_lengths", {4096}}, {"packing", "greedy"}}),
                                     nlohmann::json({{"seq_lengths", {-1}}})}) {
     j["batches"] = bad;
     try {
