@@ -97,14 +97,24 @@ TEST_F(Packing, PackedAttentionTimeScalesWithTheSumOfSquares) {
 
 // Every drawn sequence lands in exactly one microbatch, no microbatch exceeds its budget, the DP ranks' tokens differ
 // by at most one sequence, and the same seed draws the same steps.
-TEST(PackingDraws, FirstFitDecreasingKeepsTheBudgetAndTheDraws) {
+// 64 sequences on 16 GPUs at CP 2 (8 DP ranks), four drawn steps with seed 7, packed by `budget` tokens per GPU.
+Plan cp2_plan() {
   Plan p = zoo_plan("qwen3-30b-a3b", 16, 16384);
   p.parallel.cp = 2;
   p.global_batch = 64;
+  return p;
+}
+PackingOptions four_steps(int64_t budget) {
   PackingOptions o;
-  o.tokens_per_microbatch = 16384;  // 32768 tokens per microbatch over cp 2
+  o.tokens_per_microbatch = budget;
   o.samples = 4;
   o.seed = 7;
+  return o;
+}
+
+TEST(PackingDraws, FirstFitDecreasingKeepsTheBudgetAndTheDraws) {
+  Plan p = cp2_plan();
+  PackingOptions o = four_steps(16384);  // 32768 tokens per microbatch over cp 2
   const LengthDistribution d = {{1000, 3000, 9000, 30000}, {4, 3, 2, 1}};
   const auto steps = draw_steps(d, p, o);
   ASSERT_EQ(steps.size(), 4u);
@@ -140,13 +150,8 @@ TEST(PackingDraws, FirstFitDecreasingKeepsTheBudgetAndTheDraws) {
 // RL trainers' dynamic batch size (verl rearrange_micro_batches): every DP rank runs the count the fullest rank needs,
 // a multiple of pp under the interleaved schedule, its tokens balanced over them; the same draws as first fit.
 TEST(PackingDraws, BalancedGivesEveryRankTheSameCount) {
-  Plan p = zoo_plan("qwen3-30b-a3b", 16, 16384);
-  p.parallel.cp = 2;
-  p.global_batch = 64;
-  PackingOptions o;
-  o.tokens_per_microbatch = 8192;  // 16384 tokens per microbatch over cp 2
-  o.samples = 4;
-  o.seed = 7;
+  Plan p = cp2_plan();
+  PackingOptions o = four_steps(8192);  // 16384 tokens per microbatch over cp 2
   o.policy = PackingPolicy::Balanced;
   const LengthDistribution d = {{1000, 3000, 9000, 15000}, {4, 3, 2, 1}};
   const auto balanced = draw_steps(d, p, o);

@@ -332,7 +332,8 @@ TEST(Report, EscapesEveryStringFromTheRecordsAndTheModel) {
   EXPECT_NE(m.all("h1").at(0)->text.find(weird), std::string::npos) << "the title, decoded, is not the model path";
 }
 
-TEST(Report, SearchPageHasOnePointPerParetoPlanNamedOnHover) {
+// The reference case with every dimension free (bumblebee: chunked EP too), as the search pages start from.
+Plan search_base() {
   Plan base;
   base.model = "qwen3.5-35b-a3b";
   base.gpus = 32;
@@ -340,6 +341,11 @@ TEST(Report, SearchPageHasOnePointPerParetoPlanNamedOnHover) {
   base.seq_len = 131072;
   base.global_batch = 32;
   base.implementation = "bumblebee";
+  return base;
+}
+
+TEST(Report, SearchPageHasOnePointPerParetoPlanNamedOnHover) {
+  const Plan base = search_base();
   const Inputs c = inputs(base);
   SearchOptions opt;
   opt.headroom_bytes = 4.0 * (1 << 30);
@@ -454,13 +460,7 @@ TEST(Report, VariableLengthBatchesDrawTheirMicrobatchHistogram) {
 // A search over a length distribution (report --search --seq-lengths): the chosen plan's batches are drawn and every
 // best plan is listed with its record's own expected tokens/s and fullest-microbatch peak, no label overlapping.
 TEST(Report, BatchSearchListsItsBestPlansOverTheDrawnBatches) {
-  Plan base;
-  base.model = "qwen3.5-35b-a3b";
-  base.gpus = 32;
-  base.gpus_per_node = 8;
-  base.seq_len = 131072;
-  base.global_batch = 32;
-  base.implementation = "bumblebee";
+  const Plan base = search_base();
   const Inputs c = inputs(base);
   PackingOptions o;
   o.samples = 4;
