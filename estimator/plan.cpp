@@ -151,7 +151,7 @@ double get_double(const nlohmann::json& j, const char* key, const std::string& w
   if (!j.contains(key)) return fallback;
   const auto& v = j.at(key);
   if (!v.is_number()) throw UserError(where + "\"" + key + "\" must be a number");
-  return v.get<double>();
+  return v.get<double>() + 0.0;  // -0 is 0: a field reads and writes one zero (fuzz/corpus/run_settings/regress-*)
 }
 
 bool get_bool(const nlohmann::json& j, const char* key, const std::string& where, bool fallback) {
