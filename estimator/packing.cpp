@@ -19,6 +19,55 @@ namespace {
 // Uniform in [0, 1) from 53 random bits: the same draws on every platform (std distributions are not specified).
 double uniform(std::mt19937_64& rng) { return double(rng() >> 11) * (1.0 / 9007199254740992.0); }
 
+// Each DP rank's sequences (decreasing under a budget) into microbatches: first fit by `capacity` tokens, or without
+// one (0) the plan's micro_batch sequences at a time, in the order drawn.
+std::vector<std::vector<PackedMicrobatch>> pack_in_order(const std::vector<std::vector<int64_t>>& ranks, const Plan& p,
+                                                         int64_t capacity) {
+  std::vector<std::vector<PackedMicrobatch>> step(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::vector<PackedMicrobatch>& bins = step[r];
+    for (int64_t l : ranks[r]) {
+      PackedMicrobatch* bin = nullptr;
+      if (capacity > 0) {  // first fit (the lengths arrive in decreasing order)
+        for (auto& b : bins)
+          if (b.tokens + l <= capacity) { bin = &b; break; }
+      } else if (!bins.empty() && int(bins.back().lengths.size()) < p.micro_batch) {
+        bin = &bins.back();
+      }
+      if (!bin) bin = &bins.emplace_back();
+      bin->lengths.push_back(l);
+      bin->tokens += l;
+    }
+    for (auto& b : bins) std::sort(b.lengths.begin(), b.lengths.end(), std::greater<>());
+  }
+  return step;
+}
+
+// verl's rearrange_micro_batches: the count the fullest rank needs, on every rank (all-reduce max), a multiple of pp
+// under the interleaved schedule (Megatron groups microbatches by pp per virtual stage); each rank's sequences (in
+// decreasing order) longest first to its lightest microbatch. A rank with fewer sequences than the count runs one
+// microbatch per sequence (verl asserts there; no empty microbatch is modelled).
+std::vector<std::vector<PackedMicrobatch>> pack_balanced(const std::vector<std::vector<int64_t>>& ranks,
+                                                         const std::vector<int64_t>& load, const Plan& p,
+                                                         int64_t capacity) {
+  int64_t count = 1;
+  for (int64_t l : load) count = std::max(count, (l + capacity - 1) / capacity);
+  if (p.parallel.vpp > 1) count = (count + p.parallel.pp - 1) / p.parallel.pp * p.parallel.pp;
+  std::vector<std::vector<PackedMicrobatch>> step(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::vector<PackedMicrobatch>& bins = step[r];
+    bins.resize(size_t(std::min<int64_t>(count, int64_t(ranks[r].size()))));
+    for (int64_t l : ranks[r]) {
+      PackedMicrobatch& b = *std::min_element(bins.begin(), bins.end(), [](const auto& a, const auto& c) {
+        return a.tokens < c.tokens;
+      });
+      b.lengths.push_back(l);
+      b.tokens += l;
+    }
+  }
+  return step;
+}
+
 }  // namespace
 
 int64_t sequence_multiple(const Plan& p) {
@@ -79,46 +128,9 @@ std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthD
       ranks[r].push_back(order[k]);
       load[r] += order[k];
     }
-    std::vector<std::vector<PackedMicrobatch>> step(dp);
-    if (o.tokens_per_microbatch > 0 && o.policy == PackingPolicy::Balanced) {
-      // verl's rearrange_micro_batches: the count the fullest rank needs, on every rank (all-reduce max), a multiple
-      // of pp under the interleaved schedule (Megatron groups microbatches by pp per virtual stage).
-      int64_t count = 1;
-      for (int r = 0; r < dp; ++r) count = std::max(count, (load[r] + capacity - 1) / capacity);
-      if (p.parallel.vpp > 1) count = (count + p.parallel.pp - 1) / p.parallel.pp * p.parallel.pp;
-      for (int r = 0; r < dp; ++r) {
-        // Longest first to the lightest microbatch (ranks[r] is in decreasing order); a rank with fewer sequences than
-        // the count runs one microbatch per sequence (verl asserts there; no empty microbatch is modelled).
-        std::vector<PackedMicrobatch> bins(size_t(std::min<int64_t>(count, int64_t(ranks[r].size()))));
-        for (int64_t l : ranks[r]) {
-          PackedMicrobatch& b = *std::min_element(bins.begin(), bins.end(), [](const auto& a, const auto& c) {
-            return a.tokens < c.tokens;
-          });
-          b.lengths.push_back(l);
-          b.tokens += l;
-        }
-        step[r] = std::move(bins);
-      }
-      steps.push_back(std::move(step));
-      continue;
-    }
-    for (int r = 0; r < dp; ++r) {
-      std::vector<PackedMicrobatch>& bins = step[r];
-      for (int64_t l : ranks[r]) {
-        PackedMicrobatch* bin = nullptr;
-        if (o.tokens_per_microbatch > 0) {  // first fit (the lengths arrive in decreasing order)
-          for (auto& b : bins)
-            if (b.tokens + l <= capacity) { bin = &b; break; }
-        } else if (!bins.empty() && int(bins.back().lengths.size()) < p.micro_batch) {
-          bin = &bins.back();
-        }
-        if (!bin) bin = &bins.emplace_back();
-        bin->lengths.push_back(l);
-        bin->tokens += l;
-      }
-      for (auto& b : bins) std::sort(b.lengths.begin(), b.lengths.end(), std::greater<>());
-    }
-    steps.push_back(std::move(step));
+    steps.push_back(o.tokens_per_microbatch > 0 && o.policy == PackingPolicy::Balanced
+                        ? pack_balanced(ranks, load, p, capacity)
+                        : pack_in_order(ranks, p, o.tokens_per_microbatch > 0 ? capacity : 0));
   }
   return steps;
 }
@@ -255,8 +267,6 @@ std::string batch_estimate_table(const BatchEstimate& b, const LengthDistributio
   constexpr double GiB = 1024.0 * 1024 * 1024;
   char buf[1024];
   std::string s;
-  double n = 0;
-  for (double w : dist.weights) n += w;
   std::snprintf(buf, sizeof buf,
                 "Variable-length batches: %zu distinct lengths (mean %.0f, max %lld tokens), %s, %d steps drawn (seed %llu)\n",
                 dist.lengths.size(), dist.mean_length(), static_cast<long long>(dist.max_length()),

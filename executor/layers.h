@@ -40,7 +40,7 @@ struct Ctx {
   int64_t ce_vocab_tile = 512;
   // A packed (THD) microbatch: its sequences' lengths, summing to seq (cp 1, mb 1; Megatron's packed_seq_params).
   // Positions restart in each and nothing attends across them. Empty: mb sequences of seq tokens.
-  std::vector<int64_t> segments;
+  std::vector<int64_t> segments{};
   // Measured MoE routing on this rank: rows its experts received and token copies it sent.
   double moe_rows_received = 0, moe_rows_sent = 0;
   // Query-key pairs the causal attention kernels covered on this rank (per head, forward), counted by the layers:

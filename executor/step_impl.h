@@ -388,7 +388,7 @@ class Step {
         tgt[size_t(at + pos)] = data_token(o_.seed, sample, pos + 1, d_.V);
       }
     }
-    for (int j = 0; j < (n ? 0 : c_.mb); ++j) {
+    for (int j = 0; n == 0 && j < c_.mb; ++j) {
       const int64_t sample = (int64_t(mbatch) * g_.pg.dp.size + g_.pg.dp.rank) * c_.mb + j;
       for (int64_t r = 0; r < c_.seq_local; ++r) {
         const int64_t pos = c_.chunk_start(int(r / c_.chunk_len)) + r % c_.chunk_len;
