@@ -7,38 +7,18 @@
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "estimator/hardware.h"
+#include "search/megatron_flags.h"
 
 namespace lcplan::cli {
 
 namespace {
 
-// The run settings' flags (README "Records": the plan fields they set). Left out, a setting takes the
-// implementation's default, which `estimate` names on its "defaults assumed" line.
+// The run settings' flags, one per flag row that has one (search/megatron_flags.h: the row that reads and emits the
+// field's Megatron flags gives its lcplan flag too). Left out, a setting takes the implementation's default, which
+// `estimate` names on its "defaults assumed" line.
 void add_run_setting_flags(CLI::App* c, PlanFlags& f) {
-  c->add_option("--grad-dtype", f.grad_dtype, "main gradients and their DP reduction: fp32 or bf16");
-  c->add_option("--main-params-dtype", f.main_params_dtype, "master weights: fp32 or fp16 (precision-aware optimizer)");
-  c->add_option("--exp-avg-dtype", f.exp_avg_dtype, "Adam first moment: fp32, bf16, fp16 or fp8");
-  c->add_option("--exp-avg-sq-dtype", f.exp_avg_sq_dtype, "Adam second moment: fp32, bf16, fp16 or fp8");
-  c->add_option("--precision-aware-optimizer", f.precision_aware, "on or off (Megatron --use-precision-aware-optimizer)");
-  c->add_option("--fp8-recipe", f.fp8_recipe, "fp8 scaling: tensorwise, delayed or blockwise");
-  c->add_option("--fp8-param-gather", f.fp8_param_gather, "on or off: weights in fp8, all-gathered in fp8");
-  c->add_option("--fp8-attention", f.fp8_attention, "on or off: flash attention in fp8");
-  c->add_option("--recompute-modules", f.recompute_modules,
-                "selective recompute modules, comma-separated: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts");
-  c->add_option("--recompute-method", f.recompute_method, "full recompute: block (first N layers) or uniform (N layers per checkpoint)");
-  c->add_option("--offload-fraction", f.offload_fraction, "with --offload-optimizer: the share of optimizer state on the host");
-  c->add_option("--offload-modules", f.offload_modules,
-                "modules whose input goes to the host: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act");
-  c->add_option("--cuda-graphs", f.cuda_graphs, "none, local, transformer_engine or full_iteration");
-  c->add_option("--cuda-graph-modules", f.cuda_graph_modules, "captured modules: attn, mlp, moe, moe_router, moe_preprocess");
-  c->add_option("--routing", f.routing, "MoE routing: forced (balanced) or aux_loss");
-  c->add_option("--router-dtype", f.router_dtype, "MoE router logits: bf16, fp32 or fp64");
-  c->add_option("--permute-fusion", f.permute_fusion, "on or off: fused MoE permutation");
-  c->add_option("--pad-to-capacity", f.pad_to_capacity, "on or off: token dropping pads experts to capacity");
-  c->add_option("--dp-overlap", f.dp_overlap, "on or off: gradient reduce and parameter gather overlapped");
-  c->add_option("--tp-overlap", f.tp_overlap, "on or off: TP communication overlapped with GEMMs (userbuffers)");
-  c->add_option("--cp-comm", f.cp_comm, "context-parallel communication: p2p, allgather, a2a or a2a+p2p");
-  c->add_option("--cp-a2a-size", f.cp_a2a_size, "a2a+p2p: ranks of each all-to-all group");
+  for (const MegatronRow& row : megatron_rows())
+    for (const LcplanFlag& flag : row.lcplan) c->add_option(flag.name, f.run_settings[flag.name], flag.help);
 }
 
 }  // namespace
@@ -90,59 +70,6 @@ void add_plan_flags(CLI::App* c, PlanFlags& f) {
                 "calibration profile: default, a profile in data/calibration, or a JSON path (e.g. from lcplan profile)");
 }
 
-namespace {
-
-std::string range_text(long long lo, long long hi) {
-  return hi == INT_MAX ? std::to_string(lo) + " or more" : std::to_string(lo) + " to " + std::to_string(hi);
-}
-
-}  // namespace
-
-int parse_int_in(const std::string& text, const std::string& flag, int lo, int hi) {
-  const std::string valid = " (valid: a whole number, " + range_text(lo, hi) + ")";
-  const size_t sign = !text.empty() && text[0] == '-' ? 1 : 0;
-  if (sign == text.size()) throw UserError(flag + " \"" + text + "\" is not a whole number" + valid);
-  for (size_t i = sign; i < text.size(); ++i)
-    if (text[i] < '0' || text[i] > '9') throw UserError(flag + " \"" + text + "\" is not a whole number" + valid);
-  // More than 10 digits cannot be an int; checking the length first keeps stoll away from overflow.
-  const bool huge = text.size() - sign > 10;
-  const long long v = huge ? (sign ? LLONG_MIN : LLONG_MAX) : std::stoll(text);
-  if (v > hi && hi == INT_MAX) throw UserError(flag + " \"" + text + "\" is too large (valid: at most " + std::to_string(hi) + ")");
-  if (v < lo || v > hi) throw UserError(flag + " \"" + text + "\" is out of range" + valid);
-  return int(v);
-}
-
-int parse_positive_int(const std::string& text, const std::string& flag) { return parse_int_in(text, flag, 1, INT_MAX); }
-
-std::vector<int> parse_int_list(const std::string& text, const std::string& flag, int lo) {
-  std::vector<int> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma - start);
-    if (item.empty())
-      throw UserError(flag + " \"" + text + "\" has an empty entry (valid: whole numbers, " + range_text(lo, INT_MAX) +
-                      ", comma-separated, e.g. 4,8)");
-    out.push_back(parse_int_in(item, flag, lo, INT_MAX));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
-
-double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !std::isfinite(v))
-    throw UserError(flag + " \"" + text + "\" is not a number (valid: " + valid + ")");
-  if (v < lo || v > hi) throw UserError(flag + " \"" + text + "\" is out of range (valid: " + valid + ")");
-  return v;
-}
 
 std::string optimizer_sharding_flag(const PlanFlags& f) {
   std::string v = f.optimizer_sharding;
@@ -176,76 +103,11 @@ Plan plan_from_flags(const PlanFlags& f, bool allow_lists) {
 
 namespace {
 
-bool on_off(const std::string& text, const std::string& flag) {
-  if (text == "on") return true;
-  if (text == "off") return false;
-  throw UserError(flag + " \"" + text + "\" is not valid (valid: on, off)");
-}
-
-std::vector<std::string> comma_list(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
-}
-
-// Sets `member` from `text` through `parse` and marks `field` as given.
-template <typename T, typename F>
-void given(Plan& p, const std::string& text, uint32_t field, T& member, F parse) {
-  if (text.empty()) return;
-  member = parse(text);
-  p.assumed &= ~field;
-}
-
-void apply_optimizer_and_precision_flags(Plan& p, const PlanFlags& f) {
-  given(p, f.grad_dtype, kFieldGradDtype, p.optimizer.grad,
-        [](const std::string& t) { return parse_dtype(t, "--grad-dtype", {Dtype::FP32, Dtype::BF16}); });
-  OptimizerNumerics& o = p.optimizer;
-  given(p, f.main_params_dtype, kFieldOptimizerDtypes, o.main_params,
-        [](const std::string& t) { return parse_dtype(t, "--main-params-dtype", {Dtype::FP32, Dtype::FP16}); });
-  const std::vector<Dtype> moments = {Dtype::FP32, Dtype::BF16, Dtype::FP16, Dtype::FP8};
-  given(p, f.exp_avg_dtype, kFieldOptimizerDtypes, o.exp_avg, [&](const std::string& t) { return parse_dtype(t, "--exp-avg-dtype", moments); });
-  given(p, f.exp_avg_sq_dtype, kFieldOptimizerDtypes, o.exp_avg_sq,
-        [&](const std::string& t) { return parse_dtype(t, "--exp-avg-sq-dtype", moments); });
-  given(p, f.precision_aware, kFieldOptimizerDtypes, o.precision_aware,
-        [](const std::string& t) { return on_off(t, "--precision-aware-optimizer"); });
-  given(p, f.fp8_recipe, kFieldFp8Recipe, p.fp8.recipe, [](const std::string& t) { return parse_fp8_recipe(t); });
-  given(p, f.fp8_param_gather, kFieldFp8ParamGather, p.fp8.param_gather, [](const std::string& t) { return on_off(t, "--fp8-param-gather"); });
-  given(p, f.fp8_attention, kFieldFp8Attention, p.fp8.attention, [](const std::string& t) { return on_off(t, "--fp8-attention"); });
-}
-
+// Every run-setting flag given, in table order.
 void apply_run_setting_flags(Plan& p, const PlanFlags& f) {
-  apply_optimizer_and_precision_flags(p, f);
-  if (!f.recompute_modules.empty())
-    p.recompute_modules = parse_modules(comma_list(f.recompute_modules), recompute_module_names(), "--recompute-modules");
-  if (!f.recompute_method.empty()) p.recompute_method = parse_recompute_method(f.recompute_method);
-  if (!f.offload_fraction.empty())
-    p.offload.optimizer_fraction = parse_number(f.offload_fraction, "--offload-fraction", 0, 1, "above 0, up to 1");
-  if (!f.offload_modules.empty())
-    p.offload.modules = parse_modules(comma_list(f.offload_modules), offload_module_names(), "--offload-modules");
-  given(p, f.cuda_graphs, kFieldCudaGraphs, p.cuda_graphs.impl, [](const std::string& t) { return parse_graph_impl(t); });
-  if (!f.cuda_graph_modules.empty()) {
-    p.cuda_graphs.modules = parse_modules(comma_list(f.cuda_graph_modules), graph_module_names(), "--cuda-graph-modules");
-    p.assumed &= ~kFieldCudaGraphs;
-  }
-  given(p, f.routing, kFieldRouting, p.moe.routing, [](const std::string& t) { return parse_routing(t); });
-  if (!f.routing.empty() && p.moe.routing == Routing::Forced && f.routing_imbalance.empty())
-    p.moe.routing_imbalance = 1, p.assumed &= ~kFieldRoutingImbalance;
-  given(p, f.router_dtype, kFieldRouterDtype, p.moe.router_dtype,
-        [](const std::string& t) { return parse_dtype(t, "--router-dtype", {Dtype::BF16, Dtype::FP32, Dtype::FP64}); });
-  given(p, f.permute_fusion, kFieldPermuteFusion, p.moe.permute_fusion, [](const std::string& t) { return on_off(t, "--permute-fusion"); });
-  given(p, f.pad_to_capacity, kFieldPadToCapacity, p.moe.pad_to_capacity, [](const std::string& t) { return on_off(t, "--pad-to-capacity"); });
-  if (!f.dp_overlap.empty()) {
-    p.comm.overlap_grad_reduce = p.comm.overlap_param_gather = on_off(f.dp_overlap, "--dp-overlap");
-    p.assumed &= ~kFieldDpOverlap;
-  }
-  given(p, f.tp_overlap, kFieldTpOverlap, p.comm.tp_overlap, [](const std::string& t) { return on_off(t, "--tp-overlap"); });
-  given(p, f.cp_comm, kFieldCpComm, p.comm.cp, [](const std::string& t) { return parse_cp_comm(t); });
-  if (!f.cp_a2a_size.empty()) p.comm.cp_a2a_size = parse_positive_int(f.cp_a2a_size, "--cp-a2a-size");
+  for (const MegatronRow& row : megatron_rows())
+    for (const LcplanFlag& flag : row.lcplan)
+      if (const auto it = f.run_settings.find(flag.name); it != f.run_settings.end() && !it->second.empty()) flag.apply(p, it->second);
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 // a comma list restricts it, absence leaves it free).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "common/flag_text.h"
 #include "estimator/plan.h"
 #include "estimator/plan_inputs.h"
 #include "models/model_spec.h"
@@ -22,13 +24,8 @@ struct PlanFlags {
   std::string tp, pp, vpp, cp, ep, etp, ep_chunks, recompute_layers;  // "8" or, for search, "8,16"
   std::string routing_imbalance, capacity_factor;
   std::string mtp_layers, dispatcher;
-  // Run settings (estimator/run_settings.h): names, comma lists, or on / off.
-  std::string grad_dtype, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype, precision_aware;
-  std::string fp8_recipe, fp8_param_gather, fp8_attention;
-  std::string recompute_modules, recompute_method, offload_fraction, offload_modules;
-  std::string cuda_graphs, cuda_graph_modules;
-  std::string routing, router_dtype, permute_fusion, pad_to_capacity;
-  std::string dp_overlap, tp_overlap, cp_comm, cp_a2a_size;
+  // Run settings (estimator/run_settings.h) by flag name ("--grad-dtype"): the flag rows' lcplan flags.
+  std::map<std::string, std::string> run_settings;
   bool linear_ce_on = false, linear_ce_off = false;
   bool a2a_overlap = false;  // neither: estimate keeps the plan's value, search tries both
   bool fsdp = false, dist_opt = false, no_sp = false, offload_optimizer = false, offload_activations = false;
@@ -36,14 +33,11 @@ struct PlanFlags {
 
 void add_plan_flags(CLI::App* cmd, PlanFlags& f);
 
-// Value parsers for flags. Bad input throws one UserError sentence in one format for every flag:
-//   <flag> "<text>" is not a whole number|not a number|out of range (valid: <what>)
-int parse_int_in(const std::string& text, const std::string& flag, int lo, int hi);
-int parse_positive_int(const std::string& text, const std::string& flag);  // 1 or more
-// Comma list ("8" or "4,8,16") of whole numbers of at least `lo`.
-std::vector<int> parse_int_list(const std::string& text, const std::string& flag, int lo = 1);
-// A finite number in [lo, hi]; `valid` words the range for the message ("0 to 1").
-double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid);
+// Value parsers for flags (common/flag_text.h), also spelled cli::parse_number and so on.
+using lcplan::parse_int_in;
+using lcplan::parse_int_list;
+using lcplan::parse_number;
+using lcplan::parse_positive_int;
 
 // Resolves --fsdp / --dist-opt / --optimizer-sharding into one value ("" when none given); contradictions throw.
 std::string optimizer_sharding_flag(const PlanFlags& f);

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/flag_text.h"
 #include "common/user_error.h"
 #include "search/megatron_args.h"
 #include "search/megatron_rows.h"
@@ -587,7 +588,11 @@ std::vector<MegatronRow> optimizer_rows() {
        .expressed = [](const Plan& p, FieldValues& v) {
          add(v, "offload.optimizer", p.offload.optimizer);
          add(v, "offload.optimizer_fraction", p.offload.optimizer ? p.offload.optimizer_fraction : 0.0);
-       }},
+       },
+       .lcplan = {{"--offload-fraction", "with --offload-optimizer: the share of optimizer state on the host",
+                    [](Plan& p, const std::string& t) {
+                      p.offload.optimizer_fraction = parse_number(t, "--offload-fraction", 0, 1, "above 0, up to 1");
+                    }}}},
       {.field = "offload.activations",
        .flags = {{"--cpu-offloading", Arity::Switch}, {"--cpu-offloading-num-layers", Arity::One}},
        .fidelity = Fidelity::Exact,
@@ -610,7 +615,15 @@ std::vector<MegatronRow> optimizer_rows() {
          add(v, "recompute_method", uniform ? "uniform" : "block");
          add(v, "recompute_layers", uniform || p.recompute_method == RecomputeMethod::Block ? p.recompute_layers : 0);
          add(v, "recompute_modules", p.recompute == Recompute::Selective ? module_text(p.recompute_modules, recompute_module_names()) : "-");
-       }},
+       },
+       .lcplan = {{"--recompute-modules",
+                    "selective recompute modules, comma-separated: core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts",
+                    [](Plan& p, const std::string& t) {
+                      p.recompute_modules = parse_modules(split_commas(t), recompute_module_names(), "--recompute-modules");
+                      p.assumed &= ~kFieldRecomputeModules;
+                    }},
+                   {"--recompute-method", "full recompute: block (first N layers) or uniform (N layers per checkpoint)",
+                    [](Plan& p, const std::string& t) { p.recompute_method = parse_recompute_method(t); }}}},
       {.field = "linear_ce",
        .flags = {{"--cross-entropy-loss-fusion", Arity::Switch}, {"--cross-entropy-fusion-impl", Arity::One}},
        .fidelity = Fidelity::Exact,
@@ -748,7 +761,11 @@ std::vector<MegatronRow> moe_and_precision_rows() {
        .expressed = [](const Plan& p, FieldValues& v) {
          add(v, "moe.capacity_factor", p.moe.capacity_factor);
          add(v, "moe.pad_to_capacity", p.moe.capacity_factor > 0 ? std::to_string(p.moe.pad_to_capacity) : "-");
-       }},
+       },
+       .lcplan = {{"--pad-to-capacity", "on or off: token dropping pads experts to capacity",
+                    [](Plan& p, const std::string& t) {
+                      p.moe.pad_to_capacity = parse_on_off(t, "--pad-to-capacity"), p.assumed &= ~kFieldPadToCapacity;
+                    }}}},
       {.field = "precision",
        .flags = {{"--bf16", Arity::Switch}, {"--fp16", Arity::Switch}, {"--fp8-format", Arity::One, "fp8"},
                  {"--fp8-recipe", Arity::One}, {"--fp4-format", Arity::One, "fp4"}, {"--fp4-recipe", Arity::One}},
@@ -759,7 +776,9 @@ std::vector<MegatronRow> moe_and_precision_rows() {
        .expressed = [](const Plan& p, FieldValues& v) {
          add(v, "precision", to_string(p.precision));
          add(v, "fp8.recipe", p.precision == Precision::FP8 ? to_string(p.fp8.recipe) : "-");
-       }},
+       },
+       .lcplan = {{"--fp8-recipe", "fp8 scaling: tensorwise, delayed or blockwise",
+                    [](Plan& p, const std::string& t) { p.fp8.recipe = parse_fp8_recipe(t), p.assumed &= ~kFieldFp8Recipe; }}}},
   };
 }
 

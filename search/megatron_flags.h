@@ -5,8 +5,9 @@
 // interop" mirrors the table (tests/interop/megatron_flags_test.cpp checks that they agree).
 //
 // Adding a plan field Megatron has a flag for is one row: its flags, a reader (flags -> plan, Megatron's
-// contradictions as one sentence each), an emitter (plan -> flags), the values the round trip compares, and, when
-// the flag needs the model or the GPU count to mean something, a finisher.
+// contradictions as one sentence each), an emitter (plan -> flags), the values the round trip compares, lcplan's own
+// flag for estimate / search / report when it is a run setting, and, when the flag needs the model or the GPU count
+// to mean something, a finisher.
 #pragma once
 
 #include <map>
@@ -39,6 +40,15 @@ enum class Fidelity {
   NoFlag,       // a plan field Megatron has no flag for (the row's note says why); emitted as a comment line
 };
 
+// lcplan's flag for a row's field on estimate, search and report (cli/plan_flags.cpp adds one option per entry, in
+// table order). `apply` sets the field from the flag's text, marks it given (Plan::assumed) and throws one UserError
+// sentence naming the flag and what is valid.
+struct LcplanFlag {
+  const char* name;  // "--grad-dtype"
+  const char* help;
+  void (*apply)(Plan&, const std::string& text);
+};
+
 // What a row's functions work on (defined in megatron_flags.cpp).
 struct MegatronReading;    // the launch's flags -> MegatronLaunch (before the model is known)
 struct MegatronFinishing;  // MegatronLaunch + the model + the GPU count -> Plan
@@ -54,6 +64,7 @@ struct MegatronRow {
   void (*finish)(MegatronFinishing&) = nullptr;
   void (*emit)(MegatronEmission&) = nullptr;
   void (*expressed)(const Plan&, FieldValues&) = nullptr;  // the plan's values of the row's fields
+  std::vector<LcplanFlag> lcplan = {};                     // lcplan's flags for the row's fields (none: the CLI's own)
 };
 
 // The table, in the order flags are emitted and read.

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <set>
 
+#include "common/flag_text.h"
 #include "common/user_error.h"
 #include "search/megatron_rows.h"
 
@@ -246,6 +247,52 @@ void emit_cp_comm(MegatronEmission& e) {
 
 const char* on_off(bool v) { return v ? "on" : "off"; }
 
+// ---- lcplan's own flags for these fields (estimate, search, report) -------------------------------------------------
+
+const std::vector<Dtype> kMoments = {Dtype::FP32, Dtype::BF16, Dtype::FP16, Dtype::FP8};
+
+std::vector<LcplanFlag> optimizer_state_flags() {
+  return {{"--main-params-dtype", "master weights: fp32 or fp16 (precision-aware optimizer)",
+           [](Plan& p, const std::string& t) {
+             p.optimizer.main_params = parse_dtype(t, "--main-params-dtype", {Dtype::FP32, Dtype::FP16}), p.assumed &= ~kFieldOptimizerDtypes;
+           }},
+          {"--exp-avg-dtype", "Adam first moment: fp32, bf16, fp16 or fp8",
+           [](Plan& p, const std::string& t) {
+             p.optimizer.exp_avg = parse_dtype(t, "--exp-avg-dtype", kMoments), p.assumed &= ~kFieldOptimizerDtypes;
+           }},
+          {"--exp-avg-sq-dtype", "Adam second moment: fp32, bf16, fp16 or fp8",
+           [](Plan& p, const std::string& t) {
+             p.optimizer.exp_avg_sq = parse_dtype(t, "--exp-avg-sq-dtype", kMoments), p.assumed &= ~kFieldOptimizerDtypes;
+           }},
+          {"--precision-aware-optimizer", "on or off (Megatron --use-precision-aware-optimizer)",
+           [](Plan& p, const std::string& t) {
+             p.optimizer.precision_aware = parse_on_off(t, "--precision-aware-optimizer"), p.assumed &= ~kFieldOptimizerDtypes;
+           }}};
+}
+
+std::vector<LcplanFlag> cuda_graph_flags() {
+  return {{"--cuda-graphs", "none, local, transformer_engine or full_iteration",
+           [](Plan& p, const std::string& t) { p.cuda_graphs.impl = parse_graph_impl(t), p.assumed &= ~kFieldCudaGraphs; }},
+          {"--cuda-graph-modules", "captured modules: attn, mlp, moe, moe_router, moe_preprocess",
+           [](Plan& p, const std::string& t) {
+             p.cuda_graphs.modules = parse_modules(split_commas(t), graph_module_names(), "--cuda-graph-modules");
+             p.assumed &= ~kFieldCudaGraphs;
+           }}};
+}
+
+// --routing forced without --routing-imbalance means balanced (the imbalance flag, applied after, overrides).
+void apply_routing_flag(Plan& p, const std::string& t) {
+  p.moe.routing = parse_routing(t), p.assumed &= ~kFieldRouting;
+  if (p.moe.routing == Routing::Forced) p.moe.routing_imbalance = 1, p.assumed &= ~kFieldRoutingImbalance;
+}
+
+std::vector<LcplanFlag> cp_comm_flags() {
+  return {{"--cp-comm", "context-parallel communication: p2p, allgather, a2a or a2a+p2p",
+           [](Plan& p, const std::string& t) { p.comm.cp = parse_cp_comm(t), p.assumed &= ~kFieldCpComm; }},
+          {"--cp-a2a-size", "a2a+p2p: ranks of each all-to-all group",
+           [](Plan& p, const std::string& t) { p.comm.cp_a2a_size = parse_positive_int(t, "--cp-a2a-size"); }}};
+}
+
 }  // namespace
 
 std::vector<MegatronRow> run_setting_rows() {
@@ -259,7 +306,11 @@ std::vector<MegatronRow> run_setting_rows() {
        .emit = [](MegatronEmission& e) {
          e.flags << (e.p.optimizer.grad == Dtype::BF16 ? " --grad-reduce-in-bf16" : " --accumulate-allreduce-grads-in-fp32");
        },
-       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "optimizer.grad_dtype", to_string(p.optimizer.grad)); }},
+       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "optimizer.grad_dtype", to_string(p.optimizer.grad)); },
+       .lcplan = {{"--grad-dtype", "main gradients and their DP reduction: fp32 or bf16",
+                   [](Plan& p, const std::string& t) {
+                     p.optimizer.grad = parse_dtype(t, "--grad-dtype", {Dtype::FP32, Dtype::BF16}), p.assumed &= ~kFieldGradDtype;
+                   }}}},
       {.field = "optimizer.precision_aware, main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype",
        .flags = {{"--use-precision-aware-optimizer", Arity::Switch}, {"--main-params-dtype", Arity::One},
                  {"--exp-avg-dtype", Arity::One}, {"--exp-avg-sq-dtype", Arity::One}},
@@ -272,7 +323,8 @@ std::vector<MegatronRow> run_setting_rows() {
          add_value(v, "optimizer.main_params_dtype", to_string(p.optimizer.main_params));
          add_value(v, "optimizer.exp_avg_dtype", to_string(p.optimizer.exp_avg));
          add_value(v, "optimizer.exp_avg_sq_dtype", to_string(p.optimizer.exp_avg_sq));
-       }},
+       },
+       .lcplan = optimizer_state_flags()},
       {.field = "fp8.param_gather, fp8.attention",
        .flags = {{"--fp8-param-gather", Arity::Switch}, {"--fp8-dot-product-attention", Arity::Switch}},
        .fidelity = Fidelity::Exact,
@@ -282,7 +334,15 @@ std::vector<MegatronRow> run_setting_rows() {
        .expressed = [](const Plan& p, FieldValues& v) {
          add_value(v, "fp8.param_gather", on_off(fp8_param_gather(p)));
          add_value(v, "fp8.attention", on_off(p.fp8.attention && low_precision(p)));
-       }},
+       },
+       .lcplan = {{"--fp8-param-gather", "on or off: weights in fp8, all-gathered in fp8",
+                    [](Plan& p, const std::string& t) {
+                      p.fp8.param_gather = parse_on_off(t, "--fp8-param-gather"), p.assumed &= ~kFieldFp8ParamGather;
+                    }},
+                   {"--fp8-attention", "on or off: flash attention in fp8",
+                    [](Plan& p, const std::string& t) {
+                      p.fp8.attention = parse_on_off(t, "--fp8-attention"), p.assumed &= ~kFieldFp8Attention;
+                    }}}},
       {.field = "offload.modules",
        .flags = {{"--fine-grained-activation-offloading", Arity::Switch}, {"--offload-modules", Arity::List}},
        .fidelity = Fidelity::Exact,
@@ -295,7 +355,12 @@ std::vector<MegatronRow> run_setting_rows() {
        },
        .expressed = [](const Plan& p, FieldValues& v) {
          add_value(v, "offload.modules", module_text(p.offload.modules, offload_module_names()));
-       }},
+       },
+       .lcplan = {{"--offload-modules",
+                    "modules whose input goes to the host: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act",
+                    [](Plan& p, const std::string& t) {
+                      p.offload.modules = parse_modules(split_commas(t), offload_module_names(), "--offload-modules");
+                    }}}},
       {.field = "cuda_graphs",
        .flags = {{"--cuda-graph-impl", Arity::One}, {"--cuda-graph-modules", Arity::List}, {"--cuda-graph-scope", Arity::List},
                  {"--enable-cuda-graph", Arity::Switch}, {"--external-cuda-graph", Arity::Switch},
@@ -307,14 +372,16 @@ std::vector<MegatronRow> run_setting_rows() {
        .expressed = [](const Plan& p, FieldValues& v) {
          add_value(v, "cuda_graphs.impl", to_string(p.cuda_graphs.impl));
          add_value(v, "cuda_graphs.modules", module_text(p.cuda_graphs.modules, graph_module_names()));
-       }},
+       },
+       .lcplan = cuda_graph_flags()},
       {.field = "moe.routing",
        .flags = {{"--moe-router-force-load-balancing", Arity::Switch}, {"--moe-router-load-balancing-type", Arity::List}},
        .fidelity = Fidelity::Exact,
        .note = "",
        .read = read_routing,
        .emit = emit_routing,
-       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "moe.routing", to_string(p.moe.routing)); }},
+       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "moe.routing", to_string(p.moe.routing)); },
+       .lcplan = {{"--routing", "MoE routing: forced (balanced) or aux_loss", apply_routing_flag}}},
       {.field = "moe.router_dtype",
        .flags = {{"--moe-router-dtype", Arity::One}},
        .fidelity = Fidelity::Exact,
@@ -323,7 +390,12 @@ std::vector<MegatronRow> run_setting_rows() {
        .emit = [](MegatronEmission& e) {
          if (e.moe && e.p.moe.router_dtype != Dtype::BF16) e.flags << " --moe-router-dtype " << to_string(e.p.moe.router_dtype);
        },
-       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "moe.router_dtype", to_string(p.moe.router_dtype)); }},
+       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "moe.router_dtype", to_string(p.moe.router_dtype)); },
+       .lcplan = {{"--router-dtype", "MoE router logits: bf16, fp32 or fp64",
+                   [](Plan& p, const std::string& t) {
+                     p.moe.router_dtype = parse_dtype(t, "--router-dtype", {Dtype::BF16, Dtype::FP32, Dtype::FP64});
+                     p.assumed &= ~kFieldRouterDtype;
+                   }}}},
       {.field = "moe.permute_fusion",
        .flags = {{"--moe-permute-fusion", Arity::Switch}},
        .fidelity = Fidelity::Exact,
@@ -332,7 +404,11 @@ std::vector<MegatronRow> run_setting_rows() {
          if (r.f.on("--moe-permute-fusion")) r.p.moe.permute_fusion = true, r.p.assumed &= ~kFieldPermuteFusion;
        },
        .emit = [](MegatronEmission& e) { if (e.moe && e.p.moe.permute_fusion) e.flags << " --moe-permute-fusion"; },
-       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "moe.permute_fusion", on_off(p.moe.permute_fusion)); }},
+       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "moe.permute_fusion", on_off(p.moe.permute_fusion)); },
+       .lcplan = {{"--permute-fusion", "on or off: fused MoE permutation",
+                   [](Plan& p, const std::string& t) {
+                     p.moe.permute_fusion = parse_on_off(t, "--permute-fusion"), p.assumed &= ~kFieldPermuteFusion;
+                   }}}},
       {.field = "comm.overlap_grad_reduce, comm.overlap_param_gather",
        .flags = {{"--overlap-grad-reduce", Arity::Switch}, {"--overlap-param-gather", Arity::Switch}},
        .fidelity = Fidelity::Exact,
@@ -343,7 +419,12 @@ std::vector<MegatronRow> run_setting_rows() {
          add_value(v, "comm.overlap_grad_reduce", on_off(p.comm.overlap_grad_reduce));
          add_value(v, "comm.overlap_param_gather",
                    p.optimizer_sharding != OptimizerSharding::None ? on_off(p.comm.overlap_param_gather) : "-");
-       }},
+       },
+       .lcplan = {{"--dp-overlap", "on or off: gradient reduce and parameter gather overlapped",
+                    [](Plan& p, const std::string& t) {
+                      p.comm.overlap_grad_reduce = p.comm.overlap_param_gather = parse_on_off(t, "--dp-overlap");
+                      p.assumed &= ~kFieldDpOverlap;
+                    }}}},
       {.field = "comm.tp_overlap",
        .flags = {{"--tp-comm-overlap", Arity::Switch}},
        .fidelity = Fidelity::Exact,
@@ -354,7 +435,11 @@ std::vector<MegatronRow> run_setting_rows() {
        },
        .expressed = [](const Plan& p, FieldValues& v) {
          add_value(v, "comm.tp_overlap", p.parallel.tp > 1 && p.sequence_parallel ? on_off(p.comm.tp_overlap) : "-");
-       }},
+       },
+       .lcplan = {{"--tp-overlap", "on or off: TP communication overlapped with GEMMs (userbuffers)",
+                    [](Plan& p, const std::string& t) {
+                      p.comm.tp_overlap = parse_on_off(t, "--tp-overlap"), p.assumed &= ~kFieldTpOverlap;
+                    }}}},
       {.field = "comm.cp, comm.cp_a2a_size",
        .flags = {{"--cp-comm-type", Arity::List}, {"--hierarchical-context-parallel-sizes", Arity::List}},
        .fidelity = Fidelity::Exact,
@@ -364,7 +449,8 @@ std::vector<MegatronRow> run_setting_rows() {
        .expressed = [](const Plan& p, FieldValues& v) {
          add_value(v, "comm.cp", p.parallel.cp > 1 ? to_string(p.comm.cp) : "-");
          add_value(v, "comm.cp_a2a_size", p.parallel.cp > 1 && p.comm.cp == CpComm::A2AP2P ? p.comm.cp_a2a_size : 0);
-       }},
+       },
+       .lcplan = cp_comm_flags()},
   };
 }
 

@@ -439,6 +439,20 @@ TEST(GoodInvocation, EstimateReferencePlan) {
   EXPECT_TRUE(r.err.empty()) << r.err;
 }
 
+// A run-setting flag given to lcplan beats the launch it starts from and is not a default any more: selective recompute
+// with Megatron's default modules, then --recompute-modules and --grad-dtype from the flag rows.
+TEST(GoodInvocation, RunSettingFlagOverridesAMegatronLaunch) {
+  const Outcome r = run_lcplan({"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "8", "--seq", "8k", "--megatron-args",
+                                "--bf16 --tensor-model-parallel-size 2 --sequence-parallel --recompute-granularity selective",
+                                "--recompute-modules", "moe_act,layernorm", "--grad-dtype", "bf16", "--precision-aware-optimizer",
+                                "on", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto plan = nlohmann::json::parse(r.out).at("plan");
+  EXPECT_EQ(plan.at("recompute_modules"), nlohmann::json({"layernorm", "moe_act"}));
+  EXPECT_EQ(plan.at("optimizer").at("grad_dtype"), "bf16");
+  EXPECT_EQ(plan.at("optimizer").at("precision_aware"), true);
+}
+
 // Variable-length batches: the fullest microbatch's table, then the batches' peak percentiles and straggler.
 TEST(GoodInvocation, EstimateOverSequenceLengths) {
   const fs::path lengths = scratch() / "lengths_good.txt";

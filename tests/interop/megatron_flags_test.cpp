@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/user_error.h"
 #include "models/zoo.h"
 #include "search/megatron_args.h"
 
@@ -55,6 +56,28 @@ TEST(MegatronFlagTable, EachFlagInOneRowAndNeverAlsoWithoutEffect) {
       EXPECT_EQ(find_megatron_flag(f.name), &f);
     }
   EXPECT_EQ(find_megatron_flag("--frobnicate"), nullptr);
+}
+
+// lcplan's run-setting flags come from the rows (cli/plan_flags.cpp adds one option each): unique, never a Megatron
+// flag of another row's meaning, and bad text is one UserError sentence, not a crash or a silent default.
+TEST(MegatronFlagTable, LcplanFlagsAreUniqueAndRefuseBadText) {
+  std::set<std::string> names;
+  size_t count = 0;
+  for (const MegatronRow& r : megatron_rows())
+    for (const LcplanFlag& f : r.lcplan) {
+      SCOPED_TRACE(f.name);
+      ++count;
+      EXPECT_TRUE(names.insert(f.name).second);
+      EXPECT_TRUE(f.apply && f.help && std::string(f.name).rfind("--", 0) == 0);
+      if (const MegatronFlag* m = find_megatron_flag(f.name)) {  // same spelling as Megatron's: the same row
+        bool same_row = false;
+        for (const MegatronFlag& g : r.flags) same_row |= &g == m;
+        EXPECT_TRUE(same_row) << "lcplan's " << f.name << " means another row's Megatron flag";
+      }
+      Plan p;
+      EXPECT_THROW(f.apply(p, "x?"), UserError);
+    }
+  EXPECT_EQ(count, 22u);  // the 22 run-setting flags estimate and search had before they moved into the rows
 }
 
 TEST(MegatronFlagTable, RowsAreCompleteForTheirFidelity) {
