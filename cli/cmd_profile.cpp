@@ -55,16 +55,9 @@ int64_t parse_count(const std::string& text, const std::string& flag, const std:
     mult = last == 'k' ? 1024.0 : last == 'm' ? 1048576.0 : 1073741824.0;
     num.pop_back();
   }
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(num, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  v *= mult;
-  if (used == 0 || used != num.size() || !std::isfinite(v) || v < 1 || v > 1e15 || v != std::floor(v))
-    throw UserError(bad);
+  const std::optional<double> n = finite_number(num);
+  const double v = n.value_or(0) * mult;
+  if (!n || !std::isfinite(v) || v < 1 || v > 1e15 || v != std::floor(v)) throw UserError(bad);
   return int64_t(v);
 }
 

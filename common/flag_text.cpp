@@ -47,16 +47,22 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
   return out;
 }
 
-double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid) {
+std::optional<double> finite_number(const std::string& text) {
   size_t used = 0;
   double v = 0;
   try {
     v = std::stod(text, &used);
   } catch (const std::exception&) {
-    used = 0;
+    return std::nullopt;
   }
-  if (used == 0 || used != text.size() || !std::isfinite(v))
-    throw UserError(flag + " \"" + text + "\" is not a number (valid: " + valid + ")");
+  if (used == 0 || used != text.size() || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid) {
+  const std::optional<double> n = finite_number(text);
+  if (!n) throw UserError(flag + " \"" + text + "\" is not a number (valid: " + valid + ")");
+  const double v = *n;
   if (v < lo || v > hi) throw UserError(flag + " \"" + text + "\" is out of range (valid: " + valid + ")");
   return v;
 }

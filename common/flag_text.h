@@ -4,6 +4,7 @@
 //   <flag> "<text>" is not a whole number|not a number|out of range|not valid (valid: <what>)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@ int parse_int_in(const std::string& text, const std::string& flag, int lo, int h
 int parse_positive_int(const std::string& text, const std::string& flag);  // 1 or more
 // Comma list ("8" or "4,8,16") of whole numbers of at least `lo`.
 std::vector<int> parse_int_list(const std::string& text, const std::string& flag, int lo = 1);
+// The whole text as a finite number (std::stod), or nothing.
+std::optional<double> finite_number(const std::string& text);
 // A finite number in [lo, hi]; `valid` words the range for the message ("0 to 1").
 double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid);
 bool parse_on_off(const std::string& text, const std::string& flag);  // "on" or "off"

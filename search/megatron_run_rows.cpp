@@ -293,9 +293,8 @@ std::vector<LcplanFlag> cp_comm_flags() {
            [](Plan& p, const std::string& t) { p.comm.cp_a2a_size = parse_positive_int(t, "--cp-a2a-size"); }}};
 }
 
-}  // namespace
-
-std::vector<MegatronRow> run_setting_rows() {
+// Gradient and optimizer dtypes, fp8 parameters and attention, offloaded modules, CUDA graphs.
+std::vector<MegatronRow> numerics_rows() {
   return {
       {.field = "optimizer.grad_dtype",
        .flags = {{"--accumulate-allreduce-grads-in-fp32", Arity::Switch, "grad_reduce_in_fp32"},
@@ -374,6 +373,12 @@ std::vector<MegatronRow> run_setting_rows() {
          add_value(v, "cuda_graphs.modules", module_text(p.cuda_graphs.modules, graph_module_names()));
        },
        .lcplan = cuda_graph_flags()},
+  };
+}
+
+// Routing, the router's dtype, permutation fusion, the DP / TP overlap switches, context-parallel communication.
+std::vector<MegatronRow> moe_and_comm_rows() {
+  return {
       {.field = "moe.routing",
        .flags = {{"--moe-router-force-load-balancing", Arity::Switch}, {"--moe-router-load-balancing-type", Arity::List}},
        .fidelity = Fidelity::Exact,
@@ -452,6 +457,14 @@ std::vector<MegatronRow> run_setting_rows() {
        },
        .lcplan = cp_comm_flags()},
   };
+}
+
+}  // namespace
+
+std::vector<MegatronRow> run_setting_rows() {
+  std::vector<MegatronRow> rows = numerics_rows();
+  for (MegatronRow& r : moe_and_comm_rows()) rows.push_back(std::move(r));
+  return rows;
 }
 
 }  // namespace lcplan
