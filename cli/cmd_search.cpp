@@ -25,33 +25,56 @@ struct SearchArgs {
   BatchFlags batches;
 };
 
+// Megatron-LM flags for a plan: the model's shape flags first (when Megatron-LM's flags can describe the model).
+void print_megatron_flags(const Plan& p, const ModelSpec& m) {
+  const std::string shape = megatron_model_flags(m, /*with_mtp=*/false);
+  std::printf("\n%s%s", shape.empty() ? "" : (shape + " \\\n").c_str(), megatron_flags(p, m).c_str());
+  if (shape.empty())
+    std::printf("# model %s: its layers (gated DeltaNet, sliding window, ...) have no Megatron-LM shape flags here; "
+                "use its Megatron-Bridge provider\n", m.name.c_str());
+}
+
+// The batch plan --out writes: the N-th best (1-based) or the reduced recipe; one sentence when there is no such plan.
+const BatchCandidate& chosen_batch_plan(const std::string& which, const BatchSearchResult& r, const BatchRecipe& recipe) {
+  if (which == "reduced") {
+    if (!recipe.found) throw UserError("--out-plan reduced: the reduced recipe found no plan whose fullest microbatch fits (see the search's output)");
+    return recipe.plan;
+  }
+  const int n = parse_int_in(which, "--out-plan", 1, INT_MAX);
+  if (r.top.empty()) throw UserError("--out-plan " + which + ": no plan fits its fullest microbatch (see the search's table)");
+  if (size_t(n) > r.top.size())
+    throw UserError("--out-plan " + which + " is beyond the " + std::to_string(r.top.size()) +
+                    " best plans (valid: 1 to " + std::to_string(r.top.size()) + ", or reduced; --top lists more)");
+  return r.top[size_t(n - 1)];
+}
+
 // search --seq-lengths: the layouts and token budgets that maximize expected tokens/s over the drawn batches.
 void search_over_batches(SearchArgs& a, const LengthDistribution& dist) {
-  if (!a.emit.empty() || a.out_plan != "1" || a.explain_rejects)
-    throw UserError("--out-plan, --emit and --explain-rejects do not apply to a search over --seq-lengths yet "
-                    "(valid: the table, --json, or --out for the best plan)");
+  if (a.explain_rejects)
+    throw UserError("--explain-rejects does not apply to a search over --seq-lengths yet (valid: the table, --json, --out, "
+                    "--out-plan, --emit megatron)");
   const BatchSearchRun run = run_batch_search(a.plan, a.search, a.batches, dist);
   const SearchSetup& s = run.setup;
   const BatchSearchResult& r = run.result;
-  const PackingOptions& packing = run.packing;
   print_warnings(s.start);
-  if (!a.out.empty()) {
-    if (r.top.empty()) throw UserError("--out " + a.out + ": no plan fits its fullest microbatch (see the search's table)");
-    write_plan_file(a.out, r.top.front().plan);  // with its batches and budget
-  }
+  // Chosen before anything is printed or written, so a bad --out-plan leaves no partial output.
+  const BatchCandidate* chosen = a.out.empty() && a.emit.empty() ? nullptr : &chosen_batch_plan(a.out_plan, r, run.recipe);
+  if (!a.out.empty()) write_plan_file(a.out, chosen->plan);  // with its batches and budget
   if (a.json) {
-    std::printf("%s\n", batch_search_json(r).dump(2).c_str());
-    return;
+    std::printf("%s\n", batch_search_json(r, &run.recipe).dump(2).c_str());
+  } else {
+    std::fputs((run_header(s.base, s.in.model.name, s.in.hardware.name, s.global_batch_defaulted, false) +
+                batch_search_table(r, 8) + batch_recipe_text(run.recipe))
+                   .c_str(),
+               stdout);
+    if (!r.top.empty()) {
+      PackingOptions best = run.packing;
+      best.tokens_per_microbatch = r.top.front().tokens_per_microbatch;
+      std::fputs(("\nthe best plan over the drawn batches:\n" + batch_estimate_table(r.top.front().batches, dist, best)).c_str(),
+                 stdout);
+    }
   }
-  std::fputs((run_header(s.base, s.in.model.name, s.in.hardware.name, s.global_batch_defaulted, false) +
-              batch_search_table(r, 8))
-                 .c_str(),
-             stdout);
-  if (r.top.empty()) return;
-  PackingOptions best = packing;
-  best.tokens_per_microbatch = r.top.front().tokens_per_microbatch;
-  std::fputs(("\nthe best plan over the drawn batches:\n" + batch_estimate_table(r.top.front().batches, dist, best)).c_str(),
-             stdout);
+  if (chosen && a.emit == "megatron") print_megatron_flags(chosen->plan, s.in.model);
 }
 
 // The plan --out writes: the N-th best (1-based) or the reduced recipe; one sentence when there is no such plan.
@@ -82,13 +105,13 @@ void register_search(CLI::App& app, int& exit_code) {
   cmd->add_option("--emit", a->emit, "megatron: print Megatron-LM flags for the best plan");
   add_batch_flags(cmd, a->batches);
   cmd->callback([a, &exit_code]() {
+    if (!a->emit.empty() && a->emit != "megatron")
+      throw UserError("--emit \"" + a->emit + "\" is not valid (valid: megatron)");
     if (const std::optional<LengthDistribution> dist = read_batch_lengths(a->batches, a->plan)) {
       search_over_batches(*a, *dist);
       exit_code = 0;
       return;
     }
-    if (!a->emit.empty() && a->emit != "megatron")
-      throw UserError("--emit \"" + a->emit + "\" is not valid (valid: megatron)");
     if (!a->out.empty()) require_loadable_model(a->plan, "--out " + a->out);
     const SearchRun run = run_search(a->plan, a->search);
     const SearchResult& r = run.result;
@@ -102,14 +125,7 @@ void register_search(CLI::App& app, int& exit_code) {
                   search_table(r, recipe, a->explain_rejects, 8, run.options.objective))
                      .c_str(),
                  stdout);
-    if (a->emit == "megatron") {
-      // Model-shape flags first (when Megatron-LM's flags can describe the model), then the plan's.
-      const std::string shape = megatron_model_flags(in.model, /*with_mtp=*/false);
-      std::printf("\n%s%s", shape.empty() ? "" : (shape + " \\\n").c_str(), megatron_flags(best.plan, in.model).c_str());
-      if (shape.empty())
-        std::printf("# model %s: its layers (gated DeltaNet, sliding window, ...) have no Megatron-LM shape flags here; "
-                    "use its Megatron-Bridge provider\n", in.model.name.c_str());
-    }
+    if (a->emit == "megatron") print_megatron_flags(best.plan, in.model);
     exit_code = 0;
   });
 }

@@ -134,6 +134,7 @@ BatchSearchRun run_batch_search(const PlanFlags& plan, const SearchFlags& flags,
   Plan base = s.base;
   base.batches = nullptr;  // each candidate gets its own (its budget)
   run.result = search_batches(s.in.model, base, s.space, s.in.hardware, s.in.calibration, s.options, dist, run.packing);
+  run.recipe = reduce_batch_recipe(s.in.model, base, s.in.hardware, s.in.calibration, s.options, dist, run.packing, run.result);
   return run;
 }
 

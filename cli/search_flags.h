@@ -55,6 +55,7 @@ struct BatchSearchRun {
   SearchSetup setup;
   PackingOptions packing;  // as the flags gave it (a candidate's budget is its own)
   BatchSearchResult result;
+  BatchRecipe recipe;  // the reduced recipe over the same batches
 };
 BatchSearchRun run_batch_search(const PlanFlags& plan, const SearchFlags& flags, const BatchFlags& batches,
                                 const LengthDistribution& dist);

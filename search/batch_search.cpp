@@ -4,14 +4,11 @@
 #include <chrono>
 #include <cstdio>
 
+#include "search/emit.h"
+
 namespace lcplan {
 
 namespace {
-
-// Best plans of each (cp, budget) fixed-length search that are estimated over the drawn batches.
-constexpr int kRerankPerSearch = 3;
-// Steps drawn to rank them (the options' --samples estimate the ones shown).
-constexpr int kRankingSamples = 4;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -53,7 +50,7 @@ PackedMicrobatch fullest_microbatch(const LengthDistribution& dist, const Plan& 
 
 BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,
                                  const Calibration& cal, const SearchOptions& opt, const LengthDistribution& dist,
-                                 const PackingOptions& packing) {
+                                 const PackingOptions& packing, const BatchSearchKnobs& knobs) {
   const auto start = std::chrono::steady_clock::now();
   BatchSearchResult out;
   const int tp_max = space.tp.empty() ? 1 : *std::max_element(space.tp.begin(), space.tp.end());
@@ -75,7 +72,7 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
       sspace.cp = {cp};
       sspace.micro_batch = {sbase.micro_batch};
       SearchOptions sopt = opt;
-      sopt.top_k = kRerankPerSearch;
+      sopt.top_k = knobs.rerank_per_search;
       const SearchResult r = search_plans(m, sbase, sspace, hw, cal, sopt);
       ++out.searches;
       // A larger budget packs a fuller microbatch (more tokens, more memory): none fits there either.
@@ -93,7 +90,7 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
         PackingOptions o = packing;
         o.tokens_per_microbatch = budget;
         b.plan.batches = std::make_shared<const BatchSpec>(BatchSpec{dist, o});
-        o.samples = std::min(packing.samples, kRankingSamples);
+        o.samples = std::min(packing.samples, knobs.ranking_samples);
         b.batches = estimate_batches(m, b.plan, hw, cal, dist, o);
         if (b.batches.fits && b.batches.peak_max_bytes + opt.headroom_bytes <= hw.hbm_bytes) out.top.push_back(std::move(b));
       }
@@ -113,6 +110,66 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
   std::stable_sort(out.top.begin(), out.top.end(), faster);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+BatchRecipe reduce_batch_recipe(const ModelSpec& m, const Plan& base, const Hardware& hw, const Calibration& cal,
+                                const SearchOptions& opt, const LengthDistribution& dist, const PackingOptions& packing,
+                                const BatchSearchResult& searched, const RecipeRules& rules) {
+  BatchRecipe out;
+  Plan longest = base;  // one longest sequence per microbatch: the rules' CP and their bends
+  longest.seq_len = dist.max_length();
+  longest.micro_batch = 1;
+  longest.packed_lengths.clear();
+  longest.batches.reset();
+  out.rules = reduce_recipe(m, longest, hw, cal, opt, SearchResult{}, rules);
+  if (!out.rules.found) return out;
+  Plan& p = out.plan.plan;
+  p = out.rules.plan.plan;
+  p.seq_len = padded_length(dist.max_length(), p);
+  p.global_batch = base.global_batch;
+  const int cp = p.parallel.cp;
+  // Local tokens per microbatch at the rule's target, and never below the longest sequence's share.
+  out.plan.tokens_per_microbatch = std::max<int64_t>(rules.target_local_seq_max, round_up(p.seq_len, cp) / cp);
+  PackingOptions o = packing;
+  o.tokens_per_microbatch = out.plan.tokens_per_microbatch;
+  p.batches = std::make_shared<const BatchSpec>(BatchSpec{dist, o});
+  out.plan.batches = estimate_batches(m, p, hw, cal, dist, o);
+  const double usable = hw.hbm_bytes - opt.headroom_bytes;
+  out.found = out.plan.batches.fits && out.plan.batches.peak_max_bytes <= usable;
+  char buf[256];
+  if (!out.found) {
+    std::snprintf(buf, sizeof buf, "its fullest microbatch (%lld tokens per GPU) peaks at %.1f GiB, above %.1f GiB usable",
+                  static_cast<long long>(out.plan.batches.tokens_max / cp), out.plan.batches.peak_max_bytes / (1 << 30),
+                  usable / (1 << 30));
+    out.broken.push_back(buf);
+    return out;
+  }
+  if (searched.top.empty()) return out;
+  const double best = searched.top.front().batches.tokens_per_second_per_gpu;
+  out.throughput_gap = best > 0 ? (best - out.plan.batches.tokens_per_second_per_gpu) / best : 0;
+  if (out.throughput_gap > rules.pp_pays_fraction) {
+    std::snprintf(buf, sizeof buf, "the recipe loses %.1f%% expected tokens/s to the search's best (%s, %lld tokens per GPU)",
+                  100 * out.throughput_gap, plan_label(searched.top.front().plan).c_str(),
+                  static_cast<long long>(searched.top.front().tokens_per_microbatch));
+    out.broken.push_back(buf);
+  }
+  return out;
+}
+
+std::string batch_recipe_text(const BatchRecipe& r) {
+  std::string s = "\nreduced recipe over the batches (local tokens per microbatch as the article's local sequence):\n";
+  for (const std::string& line : r.rules.rationale) s += "  " + line + "\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  %lld tokens per GPU per microbatch (rule: about %lldK local tokens)\n",
+                static_cast<long long>(r.plan.tokens_per_microbatch), static_cast<long long>(RecipeRules{}.target_local_seq_max / 1024));
+  s += buf;
+  for (const std::string& line : r.rules.broken) s += "  bent: " + line + "\n";
+  for (const std::string& line : r.broken) s += "  " + line + "\n";
+  if (!r.found) return s + "  no rule plan fits its fullest microbatch\n";
+  std::snprintf(buf, sizeof buf, "  %s: %.0f tokens/s/GPU expected, step %.3f s, straggler %.1f%%, peak %.2f GiB\n",
+                plan_label(r.plan.plan).c_str(), r.plan.batches.tokens_per_second_per_gpu, r.plan.batches.step_mean,
+                100 * r.plan.batches.straggler_share, r.plan.batches.peak_max_bytes / (1 << 30));
+  return s + buf;
 }
 
 std::string batch_search_table(const BatchSearchResult& r, int rows) {
@@ -144,13 +201,24 @@ std::string batch_search_table(const BatchSearchResult& r, int rows) {
   return s;
 }
 
-nlohmann::json batch_search_json(const BatchSearchResult& r) {
+nlohmann::json batch_search_json(const BatchSearchResult& r, const BatchRecipe* recipe) {
   nlohmann::json top = nlohmann::json::array();
   for (const BatchCandidate& b : r.top)
     top.push_back({{"plan", plan_to_json(b.plan)}, {"tokens_per_microbatch", b.tokens_per_microbatch},
                    {"batches", batch_estimate_to_json(b.batches)}});
-  return {{"searches", r.searches}, {"candidates", r.candidates}, {"feasible", r.feasible}, {"seconds", r.seconds},
-          {"top", top}};
+  nlohmann::json j = {{"searches", r.searches}, {"candidates", r.candidates}, {"feasible", r.feasible},
+                      {"seconds", r.seconds}, {"top", top}};
+  if (recipe) {
+    nlohmann::json broken = recipe->rules.broken;
+    for (const std::string& b : recipe->broken) broken.push_back(b);
+    j["reduced_recipe"] = {{"found", recipe->found}, {"rationale", recipe->rules.rationale}, {"broken", broken},
+                           {"throughput_gap", recipe->throughput_gap}};
+    if (recipe->found)
+      j["reduced_recipe"].update({{"plan", plan_to_json(recipe->plan.plan)},
+                                  {"tokens_per_microbatch", recipe->plan.tokens_per_microbatch},
+                                  {"batches", batch_estimate_to_json(recipe->plan.batches)}});
+  }
+  return j;
 }
 
 }  // namespace lcplan

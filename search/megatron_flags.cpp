@@ -794,6 +794,24 @@ void emit_ep_chunks(MegatronEmission& e) {
   if (chunks > 1) e.no_flag.push_back("ep_chunks " + std::to_string(chunks));
 }
 
+// A plan's variable-length batches: packed THD microbatches under a token budget. Megatron-LM reads packed data
+// through PackedSeqParams, and its token-budget scheduler (data_schedule.py DpBalancedScheduler, set by
+// config.sequence_packing_scheduler) has no command-line flag on main (../README "Megatron-LM interop").
+void emit_batches(MegatronEmission& e) {
+  if (!e.p.batches) return;
+  const PackingOptions& o = e.p.batches->packing;
+  std::ostringstream c;
+  c << "# batches: sequences of " << e.p.batches->lengths.lengths.size() << " distinct lengths up to "
+    << e.p.batches->lengths.max_length() << " tokens packed (THD)";
+  if (o.tokens_per_microbatch > 0)
+    c << " into microbatches of at most " << o.tokens_per_microbatch << " tokens per GPU (" << to_string(o.policy)
+      << "); Megatron-LM: max_seqlen_per_dp_cp_rank " << o.tokens_per_microbatch
+      << " of its sequence-packing scheduler (no command-line flag); verl: use_dynamic_bsz, ppo_max_token_len_per_gpu "
+      << o.tokens_per_microbatch;
+  e.comments.push_back(c.str());
+  e.no_flag.push_back("batches");
+}
+
 std::vector<MegatronRow> no_flag_rows() {
   return {
       {.field = "hardware",
@@ -817,6 +835,10 @@ std::vector<MegatronRow> no_flag_rows() {
        .fidelity = Fidelity::NoFlag,
        .note = "the calibration profile of the framework that runs the plan",
        .emit = [](MegatronEmission& e) { e.no_flag.push_back("implementation " + e.p.implementation); }},
+      {.field = "batches",
+       .fidelity = Fidelity::NoFlag,
+       .note = "packed variable-length microbatches by token budget: Megatron-LM's sequence-packing scheduler has no flag",
+       .emit = emit_batches},
       {.field = "moe.ep_chunks",
        .fidelity = Fidelity::NoFlag,
        .note = "chunking one layer's all-to-all under its own expert GEMMs is lcplan's/bumblebee's schedule; it reads back as 1",

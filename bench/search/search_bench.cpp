@@ -48,31 +48,47 @@ void BM_Search(benchmark::State& state, const char* model, int gpus, int64_t seq
 // Issue 29's target: a search over a 1,000-bucket length histogram within 3x of the fixed-length search of the same
 // case (BM_Search qwen35_35b_32gpu_128k_bumblebee). The histogram: a lognormal of median 16K capped at 128K in 1,000
 // distinct lengths (fixed draws), as the rollouts of a long-context RL run; the search's own defaults otherwise.
-void BM_BatchSearch(benchmark::State& state) {
-  const std::string dir = lcplan::data_dir();
-  const lcplan::ModelSpec m = lcplan::load_model("qwen3.5-35b-a3b", dir);
-  const lcplan::Hardware hw = lcplan::load_hardware("h100-sxm-80gb", dir);
-  const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir), "h100-sxm-80gb", "bumblebee");
-  std::mt19937_64 rng(29);
-  std::normal_distribution<double> z(std::log(16384.0), 1.0);
-  std::map<int64_t, double> counts;
-  while (counts.size() < 1000) counts[std::clamp<int64_t>(int64_t(std::exp(z(rng))), 256, 131072)] += 1;
+struct BatchCase {
+  lcplan::ModelSpec m;
+  lcplan::Hardware hw;
+  lcplan::Calibration cal;
   lcplan::LengthDistribution dist;
-  for (const auto& [l, c] : counts) dist.lengths.push_back(l), dist.weights.push_back(c);
   lcplan::Plan base;
-  base.model = "qwen3.5-35b-a3b";
-  base.gpus = 32;
-  base.gpus_per_node = hw.gpus_per_node;
-  base.seq_len = 131072;
-  base.global_batch = 32;
-  base.implementation = "bumblebee";
-  const lcplan::PlanSpace space = lcplan::default_space(m, base);
+};
+
+const BatchCase& batch_case() {
+  static const BatchCase c = [] {
+    const std::string dir = lcplan::data_dir();
+    BatchCase b{lcplan::load_model("qwen3.5-35b-a3b", dir), lcplan::load_hardware("h100-sxm-80gb", dir),
+                lcplan::calibration_for(lcplan::load_calibration("default", dir), "h100-sxm-80gb", "bumblebee"), {}, {}};
+    std::mt19937_64 rng(29);
+    std::normal_distribution<double> z(std::log(16384.0), 1.0);
+    std::map<int64_t, double> counts;
+    while (counts.size() < 1000) counts[std::clamp<int64_t>(int64_t(std::exp(z(rng))), 256, 131072)] += 1;
+    for (const auto& [l, n] : counts) b.dist.lengths.push_back(l), b.dist.weights.push_back(n);
+    b.base.model = "qwen3.5-35b-a3b";
+    b.base.gpus = 32;
+    b.base.gpus_per_node = b.hw.gpus_per_node;
+    b.base.seq_len = 131072;
+    b.base.global_batch = 32;
+    b.base.implementation = "bumblebee";
+    return b;
+  }();
+  return c;
+}
+
+lcplan::BatchSearchResult run_batch_search(const lcplan::BatchSearchKnobs& knobs) {
+  const BatchCase& c = batch_case();
   lcplan::SearchOptions opt;
   opt.headroom_bytes = 4.0 * (1 << 30);
-  const lcplan::PackingOptions packing;
+  return lcplan::search_batches(c.m, c.base, lcplan::default_space(c.m, c.base), c.hw, c.cal, opt, c.dist,
+                                lcplan::PackingOptions{}, knobs);
+}
+
+void BM_BatchSearch(benchmark::State& state) {
   size_t searches = 0, candidates = 0;
   for (auto _ : state) {
-    const lcplan::BatchSearchResult r = lcplan::search_batches(m, base, space, hw, cal, opt, dist, packing);
+    const lcplan::BatchSearchResult r = run_batch_search({});
     searches = r.searches;
     candidates = r.candidates;
     benchmark::DoNotOptimize(r.top.data());
@@ -81,11 +97,26 @@ void BM_BatchSearch(benchmark::State& state) {
   state.counters["candidates"] = double(candidates);
 }
 
+// The search's knobs (search/batch_search.h BatchSearchKnobs): plans re-ranked per fixed search and steps drawn to
+// rank them. Time, and the chosen plan's expected tokens/s over all the options' steps (the same plan reads the
+// same number), so a cheaper setting that picks a worse plan shows it.
+void BM_BatchSearchKnobs(benchmark::State& state) {
+  const lcplan::BatchSearchKnobs knobs{int(state.range(0)), int(state.range(1))};
+  double best = 0;
+  for (auto _ : state) {
+    const lcplan::BatchSearchResult r = run_batch_search(knobs);
+    best = r.top.empty() ? 0 : r.top.front().batches.tokens_per_second_per_gpu;
+    benchmark::DoNotOptimize(r.top.data());
+  }
+  state.counters["best_tok/s/GPU"] = best;
+}
+
 BENCHMARK_CAPTURE(BM_Search, qwen35_35b_32gpu_128k, "qwen3.5-35b-a3b", 32, 131072, "megatron")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Search, qwen35_35b_32gpu_128k_bumblebee, "qwen3.5-35b-a3b", 32, 131072, "bumblebee")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Search, deepseek_v3_1024gpu_4k, "deepseek-v3", 1024, 4096, "megatron")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Search, deepseek_v3_1024gpu_4k_bumblebee, "deepseek-v3", 1024, 4096, "bumblebee")->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BatchSearch)->Name("BM_BatchSearch/qwen35_35b_32gpu_1000_lengths")->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BatchSearchKnobs)->ArgsProduct({{1, 2, 3, 5}, {1, 2, 4, 8}})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Search, deepseek_v3_1024gpu_128k, "deepseek-v3", 1024, 131072, "megatron")->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -485,6 +485,31 @@ TEST(GoodInvocation, SearchOverSequenceLengthsWritesARecipeThatEstimatesTheSame)
 }
 
 // report --search --seq-lengths: the page of the same search, its best plan's expected tokens/s as search printed it.
+// A search over batches emits Megatron-LM flags for its best plan with the batches' comment line, and --out-plan
+// reduced writes the reduced recipe with its batches, which estimate then reproduces.
+TEST(GoodInvocation, SearchOverSequenceLengthsEmitsAndWritesTheReducedRecipe) {
+  const fs::path lengths = scratch() / "lengths_emit.json", recipe = scratch() / "batches_reduced.json";
+  std::ofstream(lengths) << "[[4096, 6], [32768, 3], [131072, 1]]";
+  const Outcome s = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--implementation", "bumblebee",
+                                "--seq-lengths", lengths.string(), "--samples", "4", "--emit", "megatron", "--out",
+                                recipe.string(), "--out-plan", "reduced"});
+  ASSERT_EQ(s.status, 0) << s.err;
+  EXPECT_NE(s.out.find("reduced recipe over the batches"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("--context-parallel-size"), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("# batches: "), std::string::npos) << s.out;
+  EXPECT_NE(s.out.find("ppo_max_token_len_per_gpu"), std::string::npos) << s.out;
+  const Outcome e = run_lcplan({"estimate", "--plan", recipe.string(), "--json"});
+  ASSERT_EQ(e.status, 0) << e.err;
+  EXPECT_TRUE(nlohmann::json::parse(e.out).contains("batches"));
+  const auto j = nlohmann::json::parse(slurp(recipe.string()));
+  EXPECT_EQ(j.at("batches").at("tokens_per_microbatch"), 32768);
+  EXPECT_EQ(j.at("parallel").value("tp", 1), 1);  // the rules' TP
+  const Outcome bad = run_lcplan({"search", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq-lengths",
+                                  lengths.string(), "--out", (scratch() / "never.json").string(), "--out-plan", "99"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_FALSE(fs::exists(scratch() / "never.json"));
+}
+
 TEST(GoodInvocation, ReportOfASearchOverSequenceLengths) {
   const fs::path lengths = scratch() / "lengths_report.json", page = scratch() / "batches_search.html";
   std::ofstream(lengths) << "[[4096, 6], [32768, 3], [131072, 1]]";

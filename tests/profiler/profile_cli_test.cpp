@@ -256,8 +256,14 @@ TEST(ProfileMpi, TwoRanksMeasureCollectivesAndOverlapAndRankZeroWrites) {
   const nlohmann::json h = lcplan::read_json_file(hw, "hw");
   EXPECT_EQ(h.at("gpus_per_node"), 2);
   const auto& coeffs = p.at("per_hardware").at(h.at("name").get<std::string>());
-  for (const char* k : {"time.nvlink_latency", "time.nvlink_efficiency", "time.a2a_nvlink_efficiency"})
-    EXPECT_TRUE(coeffs.contains(k)) << k;
+  // Fitted from wall times: on a loaded host the tiny sizes may not grow with size, and then the profile says so
+  // (a note) instead of writing a coefficient; either way the rows were measured and read.
+  std::string notes;
+  for (const auto& n : p.at("profile").at("notes")) notes += n.get<std::string>() + "\n";
+  for (const auto& [k, why] : {std::pair{"time.nvlink_latency", "intra-node ring collectives not fitted"},
+                               std::pair{"time.nvlink_efficiency", "intra-node ring collectives not fitted"},
+                               std::pair{"time.a2a_nvlink_efficiency", "intra-node all-to-all not fitted"}})
+    EXPECT_TRUE(coeffs.contains(k) || notes.find(why) != std::string::npos) << k << "\n" << notes;
   bool overlapped = false, serial = false;
   for (const auto& row : p.at("profile").at("tables").at("moe_layer")) {
     EXPECT_EQ(row.at("ranks"), 2);

@@ -70,3 +70,33 @@ TEST_F(BatchSearch, TheChosenPlanFitsItsFullestMicrobatch) {
   ASSERT_FALSE(f.top.empty());
   EXPECT_GT(r.top.front().batches.tokens_per_second_per_gpu, f.top.front().estimate.time.tokens_per_second_per_gpu);
 }
+
+// The reduced recipe over batches reads the article's local-sequence rule as local tokens per microbatch: the
+// longest sequence's share within the target, microbatches of the target's tokens per GPU, and it never beats the
+// search (whose candidates include its layout) by more than the re-ranking's noise.
+TEST_F(BatchSearch, TheReducedRecipeKeepsLocalTokensPerMicrobatchAtTheTarget) {
+  const Plan p = base();
+  const LengthDistribution d = heavy_tail();
+  PackingOptions o;
+  o.samples = 8;
+  SearchOptions opt;
+  opt.top_k = 5;
+  const BatchSearchResult r = search_batches(m, p, default_space(m, p), hw, cal(p), opt, d, o);
+  const RecipeRules rules;
+  const BatchRecipe recipe = reduce_batch_recipe(m, p, hw, cal(p), opt, d, o, r, rules);
+  ASSERT_TRUE(recipe.found) << (recipe.broken.empty() ? "" : recipe.broken.front());
+  const Plan& q = recipe.plan.plan;
+  EXPECT_LE(double(q.seq_len) / q.parallel.cp, double(rules.target_local_seq_max));  // the longest share
+  EXPECT_GT(double(q.seq_len) / (q.parallel.cp / 2.0), double(rules.target_local_seq_max));  // the least such CP
+  EXPECT_EQ(recipe.plan.tokens_per_microbatch, rules.target_local_seq_max);
+  ASSERT_TRUE(q.batches);
+  EXPECT_EQ(q.batches->packing.tokens_per_microbatch, rules.target_local_seq_max);
+  EXPECT_LE(recipe.plan.batches.peak_max_bytes + opt.headroom_bytes, hw.hbm_bytes);
+  ASSERT_FALSE(r.top.empty());
+  EXPECT_NEAR(recipe.throughput_gap,
+              1 - recipe.plan.batches.tokens_per_second_per_gpu / r.top.front().batches.tokens_per_second_per_gpu, 1e-12);
+  EXPECT_GT(recipe.throughput_gap, -0.05);
+  const std::string text = batch_recipe_text(recipe);
+  EXPECT_NE(text.find("CP " + std::to_string(q.parallel.cp)), std::string::npos) << text;
+  EXPECT_NE(text.find("tokens per GPU per microbatch"), std::string::npos) << text;
+}
