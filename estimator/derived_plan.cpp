@@ -252,6 +252,36 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
   return out;
 }
 
+namespace {
+
+// The local sequence flash attention runs at and the tokens whose K/V CP exchanges: the local tokens; packed, the
+// sequences' own lengths; under hybrid CP (Plan::packed_splits), each sequence's chunk on the ranks it is split over.
+void set_attention_view(DerivedPlan& d, const Plan& p) {
+  const Parallel& q = p.parallel;
+  d.attention_seq = d.local_tokens;
+  d.packed = !p.packed_lengths.empty();
+  if (d.packed) {
+    // Varlen flash attention runs each sequence on its own: its length weighted by the FLOPs it carries (L_i^2).
+    double squares = 0;
+    for (int64_t l : p.packed_lengths) squares += double(l) * double(l);
+    d.attention_seq = squares / d.seq / q.cp;
+  }
+  d.cp_split_tokens = d.local_tokens;
+  if (!p.packed_splits.empty()) {
+    // Hybrid CP: a sequence split over g ranks runs chunks of L / g; its entries stand for g / cp of the rank's work.
+    double chunk_squares = 0, tokens = 0, split = 0;
+    for (size_t i = 0; i < p.packed_lengths.size(); ++i) {
+      const double l = double(p.packed_lengths[i]), g = p.packed_splits[i];
+      chunk_squares += l * l / g, tokens += l;
+      if (g > 1) split += l;
+    }
+    d.attention_seq = chunk_squares / tokens;
+    d.cp_split_tokens = d.local_tokens * split / tokens;
+  }
+}
+
+}  // namespace
+
 DerivedPlan derive_plan(const ModelSpec& m, const Plan& p, const Hardware& hw) {
   DerivedPlan d = derive_layout(m, p, hw);
   derive_options(d);
@@ -276,14 +306,7 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
   d.local_tokens = local_tokens(p);
   d.hidden_tokens = hidden_tokens(p);
   d.sequence_share = double(p.micro_batch) / q.cp;
-  d.attention_seq = d.local_tokens;
-  d.packed = !p.packed_lengths.empty();
-  if (d.packed) {
-    // Varlen flash attention runs each sequence on its own: its length weighted by the FLOPs it carries (L_i^2).
-    double squares = 0;
-    for (int64_t l : p.packed_lengths) squares += double(l) * double(l);
-    d.attention_seq = squares / d.seq / q.cp;
-  }
+  set_attention_view(d, p);
   d.sequence_parallel = p.sequence_parallel && q.tp > 1;
   d.has_moe = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; });
   if (d.has_moe) {

@@ -101,6 +101,8 @@ struct DerivedPlan {
   double sequence_share = 0;    // this rank's share of one sequence's token work before TP: micro_batch / cp
   bool packed = false;          // the microbatch is packed from sequences of Plan::packed_lengths (THD)
   double attention_seq = 0;     // local sequence flash attention runs at: local_tokens; packed: sum L_i^2 / sum L_i / cp
+  double cp_split_tokens = 0;   // local tokens of sequences split over CP ranks (their K/V is exchanged): local_tokens,
+                                // less under hybrid CP (Plan::packed_splits: whole sequences exchange nothing)
   bool sequence_parallel = false;
   double routed_tokens = 0;     // routed token copies on the busiest rank (hidden tokens * etp * top_k * load)
   double tokens_per_local_expert = 0;  // routed_tokens * ep / experts

@@ -47,6 +47,8 @@ const std::vector<CapabilityRow>& capability_rows() {
       {"packed_lengths", [](const ModelSpec&, const Plan& p) { return !p.packed_lengths.empty(); },
        [](const Plan& p) { return std::to_string(p.packed_lengths.size()) + " sequences packed in a microbatch (THD)"; },
        [](const Capabilities& c, const ModelSpec&, const Plan&) { return c.packed_sequences; }},
+      {"hybrid_cp", [](const ModelSpec&, const Plan& p) { return p.hybrid_cp; }, [](const Plan&) { return std::string("true"); },
+       [](const Capabilities& c, const ModelSpec&, const Plan&) { return c.hybrid_cp; }},
       {"linear_ce", [](const ModelSpec&, const Plan& p) { return p.linear_ce; }, [](const Plan&) { return std::string("true"); },
        [](const Capabilities& c, const ModelSpec&, const Plan&) { return c.linear_ce; }},
       {"precision", [](const ModelSpec&, const Plan& p) { return low_precision(p); },

@@ -58,6 +58,16 @@ std::string megatron_requirements(const ModelSpec&, const Plan& p) {
   if (p.offload.optimizer && p.fp8.param_gather && p.precision != Precision::BF16)
     return "offload.optimizer contradicts fp8.param_gather (Megatron-LM refuses --optimizer-cpu-offload with "
            "--fp8-param-gather; give one)";
+  // Megatron-LM arguments.py: the hybrid CP scheduler runs without pipeline parallelism and without CUDA graphs.
+  if (p.hybrid_cp && p.parallel.pp > 1)
+    return "hybrid_cp needs parallel.pp = 1 (Megatron-LM's --hybrid-context-parallel runs without pipeline "
+           "parallelism; set pp 1 or hybrid_cp false)";
+  if (p.hybrid_cp && (p.parallel.cp & (p.parallel.cp - 1)) != 0)
+    return "hybrid_cp needs parallel.cp a power of two (Megatron-LM's hybrid CP groups are powers of two; cp = " +
+           std::to_string(p.parallel.cp) + ")";
+  if (p.hybrid_cp && p.cuda_graphs.impl != GraphImpl::None)
+    return "hybrid_cp needs cuda_graphs none (Megatron-LM's --hybrid-context-parallel runs without CUDA graphs; "
+           "give one)";
   return "";
 }
 
@@ -69,6 +79,7 @@ Capabilities megatron_capabilities() {
   c.offload_needs_precision_aware = true;
   c.optimizer_dtypes = c.bf16_grads = c.token_dropping = c.uniform_groups = true;
   c.packed_sequences = true;  // THD with cu_seqlens (PackedSeqParams; megatron/training/training.py counts sum L_i^2)
+  c.hybrid_cp = true;         // --hybrid-context-parallel with the BalancedCPScheduler (arguments.py)
   c.recompute_modules = kAllRecomputeModules;
   c.dispatchers = bit(MoeDispatcher::AllToAll) | bit(MoeDispatcher::AllGather) | bit(MoeDispatcher::DeepEP) | bit(MoeDispatcher::HybridEP);
   c.graph_impls = bit(GraphImpl::None) | bit(GraphImpl::Local) | bit(GraphImpl::TransformerEngine) | bit(GraphImpl::FullIteration);

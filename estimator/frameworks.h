@@ -33,6 +33,7 @@ struct Capabilities {
   bool bf16_grads = false;
   bool token_dropping = false;      // moe.capacity_factor > 0
   bool packed_sequences = false;    // packed_lengths: THD microbatches of several sequences (estimator/packing.h)
+  bool hybrid_cp = false;           // hybrid_cp: CP only over the ranks a sequence's length needs
   bool uniform_groups = false;      // full recompute, uniform method with several layers per checkpoint
   uint16_t recompute_modules = 0;   // modules selective recompute may name
   bool exact_recompute_set = false; // only exactly `recompute_modules`

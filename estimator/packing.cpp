@@ -70,6 +70,32 @@ std::vector<std::vector<PackedMicrobatch>> pack_balanced(const std::vector<std::
 
 }  // namespace
 
+PackedMicrobatch hybrid_cp_busiest_rank(const PackedMicrobatch& mb, int cp, int64_t budget) {
+  std::vector<int64_t> load(size_t(cp), 0);
+  std::vector<std::vector<std::pair<int64_t, int>>> on{size_t(cp)};  // (length, ranks it is split over)
+  std::vector<int64_t> lengths = mb.lengths;
+  std::sort(lengths.begin(), lengths.end(), std::greater<>());
+  for (int64_t l : lengths) {
+    int g = 1;
+    while (g < cp && (l + g - 1) / g > budget) g *= 2;
+    // The aligned group of g ranks whose busiest rank is the least loaded.
+    int best = 0;
+    int64_t best_load = -1;
+    for (int s = 0; s + g <= cp; s += g) {
+      const int64_t most = *std::max_element(load.begin() + s, load.begin() + s + g);
+      if (best_load < 0 || most < best_load) best_load = most, best = s;
+    }
+    for (int r = best; r < best + g; ++r) load[size_t(r)] += (l + g - 1) / g, on[size_t(r)].push_back({l, g});
+  }
+  const size_t busiest = size_t(std::max_element(load.begin(), load.end()) - load.begin());
+  std::vector<std::pair<int64_t, int>> work = on[busiest];
+  std::sort(work.begin(), work.end(), std::greater<>());
+  PackedMicrobatch out;
+  for (const auto& [l, g] : work)
+    for (int k = 0; k < cp / g; ++k) out.lengths.push_back(l), out.splits.push_back(g), out.tokens += l;
+  return out;
+}
+
 int64_t sequence_multiple(const Plan& p) {
   const Parallel& q = p.parallel;
   return q.cp > 1 ? int64_t(2) * q.cp * q.tp : (p.sequence_parallel && q.tp > 1 ? q.tp : 1);
@@ -135,11 +161,17 @@ std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthD
   return steps;
 }
 
-Plan microbatch_plan(const Plan& p, const PackedMicrobatch& mb, int microbatches) {
+Plan microbatch_plan(const Plan& p, const PackedMicrobatch& packed, int microbatches) {
   Plan q = p;
   q.batches = nullptr;  // a microbatch's plan
   const int dp = data_parallel(p);
-  if (std::all_of(mb.lengths.begin(), mb.lengths.end(), [&](int64_t l) { return l == mb.lengths.front(); })) {
+  const int64_t budget = p.batches ? p.batches->packing.tokens_per_microbatch : 0;
+  const bool hybrid = p.hybrid_cp && p.parallel.cp > 1 && budget > 0;
+  PackedMicrobatch mb = hybrid ? hybrid_cp_busiest_rank(packed, p.parallel.cp, budget) : packed;
+  // Every sequence over all CP ranks is regular CP: the plan without splits.
+  if (std::all_of(mb.splits.begin(), mb.splits.end(), [&](int g) { return g == p.parallel.cp; })) mb.splits.clear();
+  q.packed_splits.clear();
+  if (mb.splits.empty() && std::all_of(mb.lengths.begin(), mb.lengths.end(), [&](int64_t l) { return l == mb.lengths.front(); })) {
     q.seq_len = mb.lengths.front();
     q.micro_batch = int(mb.lengths.size());
     q.packed_lengths.clear();
@@ -147,6 +179,7 @@ Plan microbatch_plan(const Plan& p, const PackedMicrobatch& mb, int microbatches
     q.seq_len = mb.tokens;
     q.micro_batch = 1;
     q.packed_lengths = mb.lengths;
+    q.packed_splits = mb.splits;
   }
   q.global_batch = q.micro_batch * dp * microbatches;
   return q;
@@ -186,7 +219,11 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
     c.one = ref == 1 ? full.time.step_seconds : estimate_time(m, microbatch_plan(p, mb, 1), hw, cal).step_seconds;
     c.increment = ref == 1 ? c.one : (full.time.step_seconds - c.one) / (ref - 1);
     c.peak = full.memory.peak_bytes;
-    c.flops = full.time.model_flops_per_step / data_parallel(p) / ref;
+    // Model FLOPs count the microbatch's own sequences (under hybrid CP its plan is the busiest rank's work).
+    Plan own = p;
+    own.hybrid_cp = false;
+    c.flops = (p.hybrid_cp ? model_flops_per_step(m, microbatch_plan(own, mb, ref)) : full.time.model_flops_per_step) /
+              data_parallel(p) / ref;
     return shapes.emplace(mb.lengths, c).first->second;
   };
   BatchEstimate b;

@@ -19,7 +19,16 @@ namespace lcplan {
 struct PackedMicrobatch {
   std::vector<int64_t> lengths;  // each padded to what CP / sequence parallelism needs, descending
   int64_t tokens = 0;            // their sum
+  std::vector<int> splits;       // hybrid CP's busiest-rank view only: the CP ranks each entry is split over
 };
+
+// Hybrid context parallelism (Megatron-LM --hybrid-context-parallel, its BalancedCPScheduler): each sequence of a CP
+// group's microbatch runs on the fewest CP ranks, a power of two, that hold it within `budget` tokens per GPU, in the
+// aligned group of that size whose busiest rank is least loaded (longest first). Returns the busiest rank's work as a
+// regular CP microbatch: a sequence split over g of the cp ranks appears cp / g times, so the rank's tokens (sum L / g)
+// and causal squares (sum L^2 / g) are what the estimator charges. CP communication is then charged as if every
+// sequence were split (an upper bound: whole sequences exchange nothing). Needs cp a power of two.
+PackedMicrobatch hybrid_cp_busiest_rank(const PackedMicrobatch& mb, int cp, int64_t budget);
 
 // The steps drawn with the options' seed: per step, per DP rank, its microbatches. Throws UserError when a sequence
 // exceeds the budget times cp or the step has fewer sequences than DP ranks.
@@ -28,7 +37,7 @@ std::vector<std::vector<std::vector<PackedMicrobatch>>> draw_steps(const LengthD
 
 // The plan of one microbatch: sequences of one length as micro_batch of seq_len (exactly the fixed-length plan),
 // mixed lengths as one packed sequence (Plan::packed_lengths); `microbatches` per DP rank.
-Plan microbatch_plan(const Plan& p, const PackedMicrobatch& mb, int microbatches);
+Plan microbatch_plan(const Plan& p, const PackedMicrobatch& packed, int microbatches);
 
 struct BatchEstimate {
   int steps = 0;

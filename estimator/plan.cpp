@@ -293,7 +293,7 @@ Plan plan_from_json(const nlohmann::json& j) {
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
               "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers",
               "recompute_method", "recompute_modules", "offload", "linear_ce", "mtp_layers", "moe", "optimizer", "fp8",
-              "cuda_graphs", "comm", "implementation", "dp", "packed_lengths", "batches"},
+              "cuda_graphs", "comm", "implementation", "dp", "packed_lengths", "packed_splits", "batches", "hybrid_cp"},
              "plan");
   Plan p;
   p.model = get_string(j, "model", w, "");
@@ -315,6 +315,15 @@ Plan plan_from_json(const nlohmann::json& j) {
       if (!e.is_number_integer() || e.get<int64_t>() < 1)
         throw UserError("plan: \"packed_lengths\" holds " + e.dump() + "; each entry must be a positive integer");
       p.packed_lengths.push_back(e.get<int64_t>());
+    }
+  }
+  if (j.contains("packed_splits")) {
+    const auto& v = j.at("packed_splits");
+    if (!v.is_array()) throw UserError("plan: \"packed_splits\" must be a list of CP rank counts, one per packed length");
+    for (const auto& e : v) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 1 || e.get<int64_t>() > 1 << 20)
+        throw UserError("plan: \"packed_splits\" holds " + e.dump() + "; each entry must be a whole number of CP ranks, 1 or more");
+      p.packed_splits.push_back(int(e.get<int64_t>()));
     }
   }
   if (j.contains("batches")) p.batches = std::make_shared<const BatchSpec>(batch_spec_from_json(j.at("batches")));
@@ -352,6 +361,7 @@ Plan plan_from_json(const nlohmann::json& j) {
   read_recompute(j, p);
   read_offload(j, p);
   p.linear_ce = get_bool(j, "linear_ce", w, false);
+  p.hybrid_cp = get_bool(j, "hybrid_cp", w, false);
   p.mtp_layers = get_int(j, "mtp_layers", w, -1);
   if (p.mtp_layers < -1 || p.mtp_layers > 16)
     throw UserError("plan: \"mtp_layers\" = " + std::to_string(p.mtp_layers) + " is out of range (valid: 0 to 16, or -1 for the model's)");
@@ -423,6 +433,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["seq_len"] = p.seq_len;
   j["micro_batch"] = p.micro_batch;
   if (!p.packed_lengths.empty()) j["packed_lengths"] = p.packed_lengths;
+  if (!p.packed_splits.empty()) j["packed_splits"] = p.packed_splits;
   if (p.batches) j["batches"] = batch_spec_to_json(*p.batches);
   j["global_batch"] = effective_global_batch(p);
   j["precision"] = to_string(p.precision);
@@ -441,6 +452,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
   j["offload"] = {{"optimizer", p.offload.optimizer}, {"activations", p.offload.activations}};
   j["linear_ce"] = p.linear_ce;
+  if (p.hybrid_cp) j["hybrid_cp"] = true;
   if (p.mtp_layers >= 0) j["mtp_layers"] = p.mtp_layers;
   j["moe"] = {{"ep_chunks", p.moe.ep_chunks}, {"routing_imbalance", p.moe.routing_imbalance},
               {"capacity_factor", p.moe.capacity_factor}};

@@ -66,9 +66,15 @@ struct Plan {
   // A packed (THD) microbatch: the lengths of the sequences packed in it, each attending only to itself; empty = the
   // micro_batch sequences of seq_len tokens each. Non-empty: micro_batch 1 and seq_len their sum (estimator/packing.h).
   std::vector<int64_t> packed_lengths;
+  // Hybrid CP's view of a packed microbatch (estimator/packing.h hybrid_cp_busiest_rank): per packed_lengths entry, the
+  // CP ranks that sequence is split over (a power of two dividing cp); empty = every sequence over all cp ranks.
+  std::vector<int> packed_splits;
   // Variable-length batches (estimator/packing.h): the run's sequence lengths and their packing; null = every sequence
   // is seq_len tokens. seq_len is then the longest padded sequence. A microbatch's own plan has none.
   std::shared_ptr<const BatchSpec> batches;
+  // Hybrid context parallelism (Megatron-LM --hybrid-context-parallel): with batches, a sequence is split over only
+  // the CP ranks its length needs (a power of two of them), shorter ones run whole on one rank (estimator/packing.h).
+  bool hybrid_cp = false;
   int global_batch = 0;                 // sequences per step; 0 = one sequence per GPU, rounded up to whole microbatches
   Precision precision = Precision::BF16;
   Parallel parallel;

@@ -159,6 +159,15 @@ std::optional<RuleViolation> check_plan_sizes(const Plan& p) {
     if (sum != p.seq_len)
       return fail(Rule::Positive, "packed_lengths sum to " + std::to_string(sum) + ", not seq_len = " + std::to_string(p.seq_len));
   }
+  if (!p.packed_splits.empty()) {
+    if (p.packed_splits.size() != p.packed_lengths.size())
+      return fail(Rule::Positive, "packed_splits has " + std::to_string(p.packed_splits.size()) + " entries, not one per "
+                  "packed_lengths entry (" + std::to_string(p.packed_lengths.size()) + ")");
+    for (int g : p.packed_splits)
+      if (g < 1 || g > p.parallel.cp || p.parallel.cp % g != 0 || (g & (g - 1)) != 0)
+        return fail(Rule::Positive, "packed_splits holds " + std::to_string(g) + " (valid: a power of two dividing cp = " +
+                    std::to_string(p.parallel.cp) + ")");
+  }
   // The time model walks communicator groups rank by rank: a typo like --gpus 100000000 must not hang or exhaust memory.
   constexpr int kMaxGpus = 1 << 20;
   if (p.gpus > kMaxGpus)

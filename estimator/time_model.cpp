@@ -267,11 +267,12 @@ CpCost cp_attention(const DerivedPlan& d, const KernelRates& rate, MixerKind mix
   ring.size = d.cp.size / a2a;
   CpCost c;
   if (a2a > 1) {  // q, k, v in and the output back: each rank's share of them, both passes
-    const double bytes = d.local_tokens * (q_dim + kv_dim + q_dim) / tp * kBf16;
+    const double bytes = d.cp_split_tokens * (q_dim + kv_dim + q_dim) / tp * kBf16;
     c.exposed_fwd = c.exposed_bwd = rate.collective(Collective::AllToAll, bytes, inner);
   }
   if (ring.size <= 1) return c;
-  const double gathered = d.local_tokens * d.cp.size * kv_dim / tp / a2a * kBf16;  // the sequence's K/V, this rank's heads
+  // The sequence's K/V, this rank's heads (a hybrid-CP sequence split over fewer ranks is charged the full ring).
+  const double gathered = d.cp_split_tokens * d.cp.size * kv_dim / tp / a2a * kBf16;
   const double comm_fwd = rate.collective(Collective::AllGather, gathered, ring);
   const double comm_bwd = comm_fwd + rate.collective(Collective::ReduceScatter, gathered, ring);  // + dK/dV
   if (type == CpComm::AllGather) {
@@ -379,8 +380,8 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     } else if (mixer == MixerKind::LinearAttention) {
       const LinearAttentionSpec& g = m.linear;
       const double kd = double(g.key_heads) * g.key_head_dim, vd = double(g.value_heads) * g.value_head_dim;
-      const double a2a = rate.collective(Collective::AllToAll, d.local_tokens * (2 * kd + vd) / tp * kBf16, d.cp) +
-                         rate.collective(Collective::AllToAll, d.local_tokens * vd / tp * kBf16, d.cp);
+      const double a2a = rate.collective(Collective::AllToAll, d.cp_split_tokens * (2 * kd + vd) / tp * kBf16, d.cp) +
+                         rate.collective(Collective::AllToAll, d.cp_split_tokens * vd / tp * kBf16, d.cp);
       cpc.exposed_fwd = a2a;
       cpc.exposed_bwd = a2a;
     }

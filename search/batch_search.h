@@ -28,7 +28,7 @@ struct BatchSearchResult {
 // plan changes; bench/results.json "batch_search_knobs").
 struct BatchSearchKnobs {
   int rerank_per_search = 5;  // best plans of each (cp, budget) fixed-length search estimated over drawn batches
-  int ranking_samples = 4;    // steps drawn to rank them (the options' --samples estimate the plans shown)
+  int ranking_samples = 2;    // steps drawn to rank them (the options' --samples estimate the plans shown)
 };
 
 // For each CP size of `space` and each token budget (the options' budget, or 1, 2 and 4 times the least that holds the

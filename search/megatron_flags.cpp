@@ -923,7 +923,7 @@ const std::vector<std::string>& megatron_flags_without_effect() {
       "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor", "--moe-router-enable-expert-bias",
       "--moe-shared-expert-overlap", "--moe-use-legacy-grouped-gemm", "--moe-per-layer-logging",
       "--moe-layer-recompute", "--manual-gc", "--manual-gc-interval", "--rotary-base",
-      "--rotary-scaling-factor", "--use-rotary-position-embeddings", "--rotary-interleaved", "--calculate-per-token-loss",
+      "--rotary-scaling-factor", "--use-rotary-position-embeddings", "--rotary-interleaved",
       "--ckpt-fully-parallel-save", "--ckpt-fully-parallel-load", "--async-save", "--no-create-attention-mask-in-dataloader",
       "--num-workers", "--dataloader-type", "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask",
       "--norm-epsilon", "--apply-layernorm-1p", "--fp8-amax-history-len",

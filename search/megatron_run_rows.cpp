@@ -445,6 +445,20 @@ std::vector<MegatronRow> moe_and_comm_rows() {
                     [](Plan& p, const std::string& t) {
                       p.comm.tp_overlap = parse_on_off(t, "--tp-overlap"), p.assumed &= ~kFieldTpOverlap;
                     }}}},
+      // Megatron-LM arguments.py: --hybrid-context-parallel asserts --calculate-per-token-loss.
+      {.field = "hybrid_cp",
+       .flags = {{"--hybrid-context-parallel", Arity::Switch}, {"--calculate-per-token-loss", Arity::Switch}},
+       .fidelity = Fidelity::Exact,
+       .note = "",
+       .read = [](MegatronReading& r) {
+         r.p.hybrid_cp = r.f.on("--hybrid-context-parallel");
+         if (r.p.hybrid_cp && !r.f.on("--calculate-per-token-loss"))
+           throw UserError("--hybrid-context-parallel needs --calculate-per-token-loss (Megatron-LM asserts it; add it)");
+       },
+       .emit = [](MegatronEmission& e) { if (e.p.hybrid_cp) e.flags << " --hybrid-context-parallel --calculate-per-token-loss"; },
+       .expressed = [](const Plan& p, FieldValues& v) { add_value(v, "hybrid_cp", on_off(p.hybrid_cp)); },
+       .lcplan = {{"--hybrid-cp", "on or off: with --seq-lengths, split a sequence over only the CP ranks its length needs",
+                   [](Plan& p, const std::string& t) { p.hybrid_cp = parse_on_off(t, "--hybrid-cp"); }}}},
       {.field = "comm.cp, comm.cp_a2a_size",
        .flags = {{"--cp-comm-type", Arity::List}, {"--hierarchical-context-parallel-sizes", Arity::List}},
        .fidelity = Fidelity::Exact,

@@ -197,17 +197,27 @@ TEST(PackingDraws, BalancedGivesEveryRankTheSameCount) {
   }
 }
 
+// Qwen3-30B-A3B on 16 GPUs at `seq` with CP and EP, 64 sequences per step; drawn steps packed by 8K per GPU.
+Plan qwen_moe_plan(int64_t seq, int cp, int ep) {
+  Plan p = zoo_plan("qwen3-30b-a3b", 16, seq);
+  p.parallel.cp = cp;
+  p.parallel.ep = ep;
+  p.global_batch = 64;
+  return p;
+}
+PackingOptions budget_8k(int samples) {
+  PackingOptions o;
+  o.tokens_per_microbatch = 8192;
+  o.samples = samples;
+  return o;
+}
+
 // Memory is read at the fullest microbatch and the step at the slowest rank: a bimodal mix puts the peak at the
 // long sequences' microbatch and leaves a straggler; the record's worst estimate is that microbatch's plan.
 TEST_F(Packing, BimodalBatchesPeakAtTheFullestMicrobatchAndWaitForTheStraggler) {
   const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
-  Plan p = zoo_plan("qwen3-30b-a3b", 16, 16384);
-  p.parallel.cp = 2;
-  p.parallel.ep = 8;
-  p.global_batch = 64;
-  PackingOptions o;
-  o.tokens_per_microbatch = 8192;
-  o.samples = 8;
+  const Plan p = qwen_moe_plan(16384, 2, 8);
+  const PackingOptions o = budget_8k(8);
   const BatchEstimate b = estimate_batches(m, p, hw, cal(p), bimodal(), o);
   EXPECT_GE(b.peak_max_bytes, b.peak_p99_bytes);
   EXPECT_EQ(b.tokens_max, 16384);
@@ -299,4 +309,68 @@ TEST(SeqLengthFiles, RecipesCarryTheirBatches) {
       EXPECT_NE(std::string(e.what()).find("batches"), std::string::npos) << e.what();
     }
   }
+}
+
+// Hybrid CP (Megatron-LM --hybrid-context-parallel): a 32K sequence over a 4-rank CP group at 8K per GPU is split
+// over all four ranks, 4K ones run whole, two per rank; the busiest rank's view counts each whole sequence cp times.
+TEST(HybridCp, TheBusiestRankSplitsOnlyWhatItsLengthNeeds) {
+  PackedMicrobatch mb;
+  mb.lengths = {32768, 4096, 4096, 4096, 4096, 4096, 4096, 4096, 4096};
+  mb.tokens = 65536;
+  const PackedMicrobatch r = hybrid_cp_busiest_rank(mb, 4, 8192);
+  ASSERT_EQ(r.lengths.size(), r.splits.size());
+  double rank_tokens = 0, whole = 0;
+  for (size_t i = 0; i < r.lengths.size(); ++i) {
+    rank_tokens += double(r.lengths[i]) * r.splits[i] / 4 / r.splits[i];  // each entry is g / cp of L / g
+    if (r.splits[i] == 1) whole += 1;
+  }
+  EXPECT_EQ(r.lengths.front(), 32768);
+  EXPECT_EQ(r.splits.front(), 4);
+  EXPECT_EQ(whole, 8);  // two whole 4K sequences, each standing cp = 4 times
+  EXPECT_DOUBLE_EQ(rank_tokens, 16384);
+  EXPECT_EQ(r.tokens, 4 * 16384);  // the busiest rank's tokens times cp, as a regular CP microbatch carries them
+  // A 16K sequence needs 2 ranks at 8K: a group of two, the other two ranks take the rest.
+  PackedMicrobatch two;
+  two.lengths = {16384, 8192, 8192};
+  two.tokens = 32768;
+  const PackedMicrobatch t = hybrid_cp_busiest_rank(two, 4, 8192);
+  EXPECT_EQ(t.splits.front(), 2);
+}
+
+// Under hybrid CP short sequences run whole (longer attention chunks, no K/V exchange): a microbatch whose short
+// sequences balance over the CP ranks is faster than under regular CP, with the same model FLOPs; over drawn batches
+// the rank imbalance within a CP group is charged too (no claim on the sign there); with one length that fills every
+// rank it is regular CP exactly.
+TEST_F(Packing, HybridCpSpeedsShortSequencesAndLeavesFullOnesAlone) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = qwen_moe_plan(32768, 4, 4);
+  const PackingOptions o = budget_8k(4);
+  const LengthDistribution mix = {{2048, 4096, 32768}, {6.0, 3.0, 1.0}};
+  p.batches = std::make_shared<const BatchSpec>(BatchSpec{mix, o});
+  Plan h = p;
+  h.hybrid_cp = true;
+  PackedMicrobatch even;  // 4 x 4K + 8 x 2K: 8K on each of the 4 ranks
+  even.lengths = {4096, 4096, 4096, 4096, 2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048};
+  even.tokens = 32768;
+  const Estimate er = estimate(m, microbatch_plan(p, even, 4), hw, cal(p)), eh = estimate(m, microbatch_plan(h, even, 4), hw, cal(p));
+  EXPECT_LT(eh.time.breakdown.compute_attention, er.time.breakdown.compute_attention);
+  EXPECT_LT(eh.time.step_seconds, er.time.step_seconds);
+  const BatchEstimate regular = estimate_batches(m, p, hw, cal(p), mix, o);
+  const BatchEstimate hybrid = estimate_batches(m, h, hw, cal(p), mix, o);
+  EXPECT_NEAR(hybrid.tflops_per_gpu / regular.tflops_per_gpu,
+              hybrid.tokens_per_second_per_gpu / regular.tokens_per_second_per_gpu, 1e-9);  // the same model FLOPs
+  const LengthDistribution full = {{32768}, {1.0}};
+  h.batches = p.batches = std::make_shared<const BatchSpec>(BatchSpec{full, o});
+  EXPECT_DOUBLE_EQ(estimate_batches(m, h, hw, cal(p), full, o).step_mean, estimate_batches(m, p, hw, cal(p), full, o).step_mean);
+  // The microbatch plan carries the splits, and the rules hold it to powers of two dividing cp.
+  h.batches = std::make_shared<const BatchSpec>(BatchSpec{mix, o});
+  PackedMicrobatch mb;
+  mb.lengths = {32768, 2048, 2048, 2048, 2048};
+  mb.tokens = 40960;
+  Plan q = microbatch_plan(h, mb, 1);
+  ASSERT_EQ(q.packed_splits.size(), q.packed_lengths.size());
+  EXPECT_FALSE(check_plan(m, q).has_value());
+  q.packed_splits.back() = 3;
+  ASSERT_TRUE(check_plan(m, q).has_value());
+  EXPECT_NE(check_plan(m, q)->message.find("power of two"), std::string::npos);
 }

@@ -39,18 +39,29 @@ struct BatchSearch : ::testing::Test, lcplan::testing::ZooProfile {
     p.gpus_per_node = 8;
     return p;
   }
+  // The heavy tail over 8 drawn steps, the best 5 plans.
+  PackingOptions packing() const {
+    PackingOptions o;
+    o.samples = 8;
+    return o;
+  }
+  SearchOptions options() const {
+    SearchOptions opt;
+    opt.top_k = 5;
+    return opt;
+  }
+  BatchSearchResult searched() const {
+    const Plan p = base();
+    return search_batches(m, p, default_space(m, p), hw, cal(p), options(), heavy_tail(), packing());
+  }
 };
 
 }  // namespace
 
 TEST_F(BatchSearch, TheChosenPlanFitsItsFullestMicrobatch) {
   const Plan p = base();
-  const LengthDistribution d = heavy_tail();
-  PackingOptions o;
-  o.samples = 8;
-  SearchOptions opt;
-  opt.top_k = 5;
-  const BatchSearchResult r = search_batches(m, p, default_space(m, p), hw, cal(p), opt, d, o);
+  const SearchOptions opt = options();
+  const BatchSearchResult r = searched();
   ASSERT_FALSE(r.top.empty());
   EXPECT_GT(r.searches, 1u);
   for (size_t i = 0; i < r.top.size(); ++i) {
@@ -62,7 +73,9 @@ TEST_F(BatchSearch, TheChosenPlanFitsItsFullestMicrobatch) {
     EXPECT_GE(b.tokens_per_microbatch * b.plan.parallel.cp, 131072);
     EXPECT_GT(b.batches.step_mean, 0);
     EXPECT_GE(b.batches.straggler_share, 0);
-    if (i) EXPECT_GE(r.top[i - 1].batches.tokens_per_second_per_gpu, b.batches.tokens_per_second_per_gpu);
+    if (i) {
+      EXPECT_GE(r.top[i - 1].batches.tokens_per_second_per_gpu, b.batches.tokens_per_second_per_gpu);
+    }
   }
   // Shorter sequences than 128K cost less attention per token: the best plan beats the fixed 128K search's tokens/s.
   Plan fixed = p;
@@ -76,14 +89,10 @@ TEST_F(BatchSearch, TheChosenPlanFitsItsFullestMicrobatch) {
 // search (whose candidates include its layout) by more than the re-ranking's noise.
 TEST_F(BatchSearch, TheReducedRecipeKeepsLocalTokensPerMicrobatchAtTheTarget) {
   const Plan p = base();
-  const LengthDistribution d = heavy_tail();
-  PackingOptions o;
-  o.samples = 8;
-  SearchOptions opt;
-  opt.top_k = 5;
-  const BatchSearchResult r = search_batches(m, p, default_space(m, p), hw, cal(p), opt, d, o);
+  const SearchOptions opt = options();
+  const BatchSearchResult r = searched();
   const RecipeRules rules;
-  const BatchRecipe recipe = reduce_batch_recipe(m, p, hw, cal(p), opt, d, o, r, rules);
+  const BatchRecipe recipe = reduce_batch_recipe(m, p, hw, cal(p), opt, heavy_tail(), packing(), r, rules);
   ASSERT_TRUE(recipe.found) << (recipe.broken.empty() ? "" : recipe.broken.front());
   const Plan& q = recipe.plan.plan;
   EXPECT_LE(double(q.seq_len) / q.parallel.cp, double(rules.target_local_seq_max));  // the longest share
