@@ -78,6 +78,7 @@ PackedMicrobatch hybrid_cp_busiest_rank(const PackedMicrobatch& mb, int cp, int6
   for (int64_t l : lengths) {
     int g = 1;
     while (g < cp && (l + g - 1) / g > budget) g *= 2;
+    if (g > cp || cp % g != 0) g = cp;  // cp not a power of two (the plan rules refuse it): the whole group
     // The aligned group of g ranks whose busiest rank is the least loaded.
     int best = 0;
     int64_t best_load = -1;
