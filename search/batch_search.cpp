@@ -160,8 +160,8 @@ std::string batch_recipe_text(const BatchRecipe& r) {
   std::string s = "\nreduced recipe over the batches (local tokens per microbatch as the article's local sequence):\n";
   for (const std::string& line : r.rules.rationale) s += "  " + line + "\n";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "  %lld tokens per GPU per microbatch (rule: about %lldK local tokens)\n",
-                static_cast<long long>(r.plan.tokens_per_microbatch), static_cast<long long>(RecipeRules{}.target_local_seq_max / 1024));
+  std::snprintf(buf, sizeof buf, "  %lld tokens per GPU per microbatch (the rule's local tokens, at least the longest "
+                "sequence's share)\n", static_cast<long long>(r.plan.tokens_per_microbatch));
   s += buf;
   for (const std::string& line : r.rules.broken) s += "  bent: " + line + "\n";
   for (const std::string& line : r.broken) s += "  " + line + "\n";
