@@ -42,10 +42,10 @@ std::string lcplan_exec_kernel_limits(const ModelSpec& m, const Plan& p) {
   if (m.moe.expert_bias)
     return "model " + m.name + " has biased expert layers, which lcplan-exec lacks (its MoE layer has bias-free experts)";
   if (m.layers.empty()) return "model " + m.name + " has no decoder layers";
-  // Its packed microbatches keep every sequence on one rank (executor/layers/common.h for_each_sequence).
-  if (!p.packed_lengths.empty() && q.cp > 1)
-    return "lcplan-exec runs packed microbatches (packed_lengths) without context parallelism only but the plan has "
-           "cp = " + std::to_string(q.cp) + " (set cp to 1)";
+  // Its packed microbatches split every sequence over all CP ranks (executor/layers/common.h for_each_sequence).
+  if (!p.packed_splits.empty())
+    return "lcplan-exec splits every packed sequence over all cp ranks but the plan has packed_splits (hybrid context "
+           "parallelism's busiest rank; drop packed_splits to run it with regular context parallelism)";
   return "";
 }
 
@@ -148,7 +148,7 @@ Capabilities bumblebee_capabilities() {
 Capabilities lcplan_exec_capabilities() {
   Capabilities c;
   c.chunked_ep = c.linear_ce = true;
-  c.packed_sequences = true;  // THD segments, cp 1 (its limits say so)
+  c.packed_sequences = true;  // THD segments, each split over CP by itself (no packed_splits: its limits say so)
   c.recompute_modules = kLegacySelectiveModules;
   c.exact_recompute_set = true;
   c.dispatchers = bit(MoeDispatcher::AllToAll);

@@ -38,8 +38,9 @@ struct Ctx {
   moe::ChunkSchedule sched{};
   bool linear_ce = false;
   int64_t ce_vocab_tile = 512;
-  // A packed (THD) microbatch: its sequences' lengths, summing to seq (cp 1, mb 1; Megatron's packed_seq_params).
-  // Positions restart in each and nothing attends across them. Empty: mb sequences of seq tokens.
+  // A packed (THD) microbatch: its sequences' lengths, summing to seq (mb 1; Megatron's packed_seq_params), each a
+  // multiple of 2 cp tp. Positions restart in each, nothing attends across them, and CP splits each one by itself.
+  // Empty: mb sequences of seq tokens.
   std::vector<int64_t> segments{};
   // Measured MoE routing on this rank: rows its experts received and token copies it sent.
   double moe_rows_received = 0, moe_rows_sent = 0;

@@ -46,7 +46,7 @@ Ctx make_ctx(Tracker& tr, const Dims& d, const comm::ProcessGroups& pg, const Mo
   c.chunks = q.cp > 1 ? 2 : 1;
   c.chunk_len = c.seq_local / c.chunks;
   c.tokens = int64_t(c.mb) * c.seq_local;
-  c.segments = p.packed_lengths;  // plan rules: micro_batch 1, summing to seq_len; lcplan-exec's limits: cp 1
+  c.segments = p.packed_lengths;  // plan rules: micro_batch 1, summing to seq_len, each a multiple of 2 cp tp
   c.tp = q.tp;
   c.tp_rank = pg.tp.rank;
   c.rows = c.tokens / q.tp;  // sequence parallelism: this TP rank's consecutive token rows
@@ -56,11 +56,14 @@ Ctx make_ctx(Tracker& tr, const Dims& d, const comm::ProcessGroups& pg, const Mo
   const auto moe = [](const LayerSpec& l) { return l.ffn == FfnKind::MoE; };
   if (std::any_of(m.layers.begin(), m.layers.end(), moe))
     c.sched = moe::make_chunk_schedule(std::max(1, p.moe.ep_chunks), {}, d.moe.shared_ffn > 0);
+  // The shortest chunk: a whole sequence's, or a packed microbatch's shortest segment's (each split over CP alone).
+  int64_t chunk = c.chunk_len;
+  for (int64_t len : c.segments) chunk = std::min(chunk, len / q.cp / c.chunks);
   for (const LayerSpec& l : m.layers)
-    if (l.mixer == MixerKind::LinearAttention && c.cp > 1 && c.chunk_len < d.conv - 1)
-      throw UserError("each context-parallel chunk holds " + std::to_string(c.chunk_len) +
+    if (l.mixer == MixerKind::LinearAttention && c.cp > 1 && chunk < d.conv - 1)
+      throw UserError("a context-parallel chunk holds " + std::to_string(chunk) +
                       " tokens, fewer than the gated DeltaNet convolution's " + std::to_string(d.conv - 1) +
-                      " history tokens; use a longer sequence or a smaller cp");
+                      " history tokens; use longer sequences or a smaller cp");
   return c;
 }
 

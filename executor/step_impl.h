@@ -375,27 +375,22 @@ class Step {
 
   // ---------------------------------------------------------------- data and pipeline messages
 
-  // Token ids and targets of every local token of microbatch `mbatch` (sample (mbatch dp + d) micro_batch + j; a
-  // packed microbatch's segment j is sample (mbatch dp + d) segments + j, its positions from 0, so packing L and L
-  // feeds the same tokens as micro_batch 2 of L).
+  // Token ids and targets of every local token of microbatch `mbatch`: its sequence j is sample (mbatch dp + d) n + j
+  // of the n sequences per microbatch (micro_batch, or a packed microbatch's segments, positions from 0 in each), so
+  // packing L and L feeds the same tokens as micro_batch 2 of L; under CP a rank holds each sequence's chunks r and
+  // 2 cp - 1 - r.
   void data(int mbatch, Buf<int64_t>& tokens, Buf<int64_t>& targets) {
     std::vector<int64_t> tok(size_t(c_.tokens)), tgt(size_t(c_.tokens));
-    const int64_t n = int64_t(c_.segments.size());
-    for (int64_t j = 0, at = 0; j < n; at += c_.segments[size_t(j)], ++j) {
+    const int64_t n = impl::sequences(c_);
+    Ctx c = c_;
+    impl::for_each_sequence(c, [&](int64_t at, int j, Ctx& s) {
       const int64_t sample = (int64_t(mbatch) * g_.pg.dp.size + g_.pg.dp.rank) * n + j;
-      for (int64_t pos = 0; pos < c_.segments[size_t(j)]; ++pos) {
-        tok[size_t(at + pos)] = data_token(o_.seed, sample, pos, d_.V);
-        tgt[size_t(at + pos)] = data_token(o_.seed, sample, pos + 1, d_.V);
+      for (int64_t r = 0; r < s.seq_local; ++r) {
+        const int64_t pos = s.chunk_start(int(r / s.chunk_len)) + r % s.chunk_len;
+        tok[size_t(at + r)] = data_token(o_.seed, sample, pos, d_.V);
+        tgt[size_t(at + r)] = data_token(o_.seed, sample, pos + 1, d_.V);
       }
-    }
-    for (int j = 0; n == 0 && j < c_.mb; ++j) {
-      const int64_t sample = (int64_t(mbatch) * g_.pg.dp.size + g_.pg.dp.rank) * c_.mb + j;
-      for (int64_t r = 0; r < c_.seq_local; ++r) {
-        const int64_t pos = c_.chunk_start(int(r / c_.chunk_len)) + r % c_.chunk_len;
-        tok[size_t(j * c_.seq_local + r)] = data_token(o_.seed, sample, pos, d_.V);
-        tgt[size_t(j * c_.seq_local + r)] = data_token(o_.seed, sample, pos + 1, d_.V);
-      }
-    }
+    });
     tokens = be_.ids(tr_, tok);
     targets = be_.ids(tr_, tgt);
   }

@@ -40,9 +40,11 @@ using WsOf = typename Ops::template Buf<float>;
 inline const bf16* wd(const UnitView& w, size_t off) { return w.dense + off; }
 inline float* gd(const UnitGrad& g, size_t off) { return g.dense + off; }
 
-// The sequences of a microbatch, each as its first token row (in the TP-gathered token order) and a Ctx of that one
-// sequence: mb sequences of seq_local tokens (f gets `c` itself and its index b), or a packed microbatch's segments
-// (f gets a copy sized to the segment, index 0: positions restart, and nothing attends or convolves across them).
+// The sequences of a microbatch, each as its first token row on this rank (in the TP-gathered token order), its index
+// and a Ctx of that one sequence: mb sequences of seq_local tokens (f gets `c` itself), or a packed microbatch's
+// segments (f gets a copy sized to the segment: positions restart, nothing attends or convolves across them, and under
+// CP each segment is split in 2 cp chunks like a whole sequence, this rank holding its chunks r and 2 cp - 1 - r, as
+// Megatron's THD layout with CP does).
 template <class F>
 void for_each_sequence(Ctx& c, F&& f) {
   if (c.segments.empty()) {
@@ -50,18 +52,23 @@ void for_each_sequence(Ctx& c, F&& f) {
     return;
   }
   int64_t at = 0;
-  for (int64_t len : c.segments) {
+  for (size_t j = 0; j < c.segments.size(); ++j) {
     Ctx s = c;
     s.segments.clear();
-    s.seq = s.seq_local = s.chunk_len = s.tokens = len;
+    s.seq = c.segments[j];
+    s.seq_local = s.tokens = s.seq / c.cp;
+    s.chunk_len = s.seq_local / c.chunks;
     s.mb = 1;
-    s.rows = len / c.tp;
+    s.rows = s.seq_local / c.tp;
     s.attention_pairs = 0;
-    f(at, 0, s);
+    f(at, int(j), s);
     c.attention_pairs += s.attention_pairs;
-    at += len;
+    at += s.seq_local;
   }
 }
+
+// Sequences in a microbatch: mb, or a packed microbatch's segments (what per-sequence saved state is sized by).
+inline int sequences(const Ctx& c) { return c.segments.empty() ? c.mb : int(c.segments.size()); }
 
 // A [tokens x w] tensor: this rank's rows all-gathered over TP, or (without TP) the rows themselves, not copied.
 template <class Ops>

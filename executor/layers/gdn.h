@@ -114,7 +114,8 @@ void gdn_fwd(Ops& o, Ctx& c, const UnitLayout& u, const UnitView& w, const float
               gb.data());
   WsOf<Ops> conv = o.ws(size_t(T * gs.C)), la_o = o.ws(size_t(T * gs.vd));
   WsOf<Ops> cp_state;
-  if (c.cp > 1 && !rebuild_state) cp_state = WsOf<Ops>(c.tr, Category::Activations, size_t(c.mb * c.chunks * (gs.S + gs.hist)));
+  if (c.cp > 1 && !rebuild_state)
+    cp_state = WsOf<Ops>(c.tr, Category::Activations, size_t(sequences(c) * c.chunks * (gs.S + gs.hist)));
   for_each_sequence(c, [&](int64_t at, int b, Ctx& s) {
     gdn_seq_fwd(o, s, u, w, b, proj.data() + at * gs.P, gb.data() + at * 2 * lv, conv.data() + at * gs.C,
                 la_o.data() + at * gs.vd, cp_state.empty() ? nullptr : cp_state.data(),
