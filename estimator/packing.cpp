@@ -192,8 +192,10 @@ namespace {
 // so a rank's step is the sum of its microbatches' increments plus the fixed part (bubble, optimizer, step
 // overhead) they share; its peak with `ref` microbatches in flight, as a pipeline holds them.
 struct ShapeCost {
-  double one = 0, increment = 0, peak = 0, flops = 0;
+  double one = 0, at_ref = 0, increment = 0, peak = 0, flops = 0;
   double fixed() const { return one - increment; }
+  // A rank of k microbatches of this one shape: the plan's own step where it was estimated already (1 or ref).
+  double alike(int k) const { return k == 1 ? one : at_ref; }
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -212,14 +214,18 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
   for (const auto& step : steps)
     for (const auto& rank : step) ref = std::max(ref, int(rank.size()));
   std::map<std::vector<int64_t>, ShapeCost> shapes;
+  Estimate worst_full;  // the full estimate of the first shape with the largest peak (the worst microbatch's)
+  double worst_peak = -1;
   auto cost = [&](const PackedMicrobatch& mb) -> const ShapeCost& {
     auto it = shapes.find(mb.lengths);
     if (it != shapes.end()) return it->second;
     ShapeCost c;
-    const Estimate full = estimate(m, microbatch_plan(p, mb, ref), hw, cal);
-    c.one = ref == 1 ? full.time.step_seconds : estimate_time(m, microbatch_plan(p, mb, 1), hw, cal).step_seconds;
-    c.increment = ref == 1 ? c.one : (full.time.step_seconds - c.one) / (ref - 1);
+    Estimate full = estimate(m, microbatch_plan(p, mb, ref), hw, cal);
+    c.at_ref = full.time.step_seconds;
+    c.one = ref == 1 ? c.at_ref : estimate_time(m, microbatch_plan(p, mb, 1), hw, cal).step_seconds;
+    c.increment = ref == 1 ? c.one : (c.at_ref - c.one) / (ref - 1);
     c.peak = full.memory.peak_bytes;
+    if (c.peak > worst_peak) worst_peak = c.peak, worst_full = std::move(full);
     // Model FLOPs count the microbatch's own sequences (under hybrid CP its plan is the busiest rank's work).
     Plan own = p;
     own.hybrid_cp = false;
@@ -237,8 +243,11 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
     for (const auto& rank : step) {
       double t = 0;
       const bool alike = std::all_of(rank.begin(), rank.end(), [&](const PackedMicrobatch& x) { return x.lengths == rank.front().lengths; });
-      if (alike) {  // one shape: the plan itself, exactly
-        t = estimate_time(m, microbatch_plan(p, rank.front(), int(rank.size())), hw, cal).step_seconds;
+      const int k = int(rank.size());
+      if (alike && (k == 1 || k == ref)) {  // one shape: the plan itself, exactly, as its cost estimated it
+        t = cost(rank.front()).alike(k);
+      } else if (alike) {
+        t = estimate_time(m, microbatch_plan(p, rank.front(), k), hw, cal).step_seconds;
       } else {
         double fixed = 0;
         for (const auto& mb : rank) t += cost(mb).increment, fixed += cost(mb).fixed();
@@ -278,7 +287,7 @@ BatchEstimate estimate_batches(const ModelSpec& m, const Plan& p, const Hardware
   for (double t : tokens) ++b.token_histogram[std::min(kBins - 1, int(t / b.tokens_max * kBins))].count;
   b.worst = *worst;
   b.worst_plan = microbatch_plan(p, *worst, ref);
-  b.worst_estimate = estimate(m, b.worst_plan, hw, cal);
+  b.worst_estimate = std::move(worst_full);  // estimate(m, b.worst_plan, hw, cal), kept when its shape was costed
   b.fits = b.worst_estimate.fits;
   return b;
 }
