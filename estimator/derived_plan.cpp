@@ -254,11 +254,13 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
 
 namespace {
 
-// The local sequence flash attention runs at and the tokens whose K/V CP exchanges: the local tokens; packed, the
-// sequences' own lengths; under hybrid CP (Plan::packed_splits), each sequence's chunk on the ranks it is split over.
+// The local sequence flash attention runs at and the tokens whose K/V CP exchanges: each sequence's local share (a
+// micro batch of b sequences runs b sequences of seq / cp, as FlashAttention-3's benchmarks hold batch x seq fixed
+// while the rate rises with seq: attention_half_seq is per sequence); packed, the sequences' own lengths; under hybrid
+// CP (Plan::packed_splits), each sequence's chunk on the ranks it is split over.
 void set_attention_view(DerivedPlan& d, const Plan& p) {
   const Parallel& q = p.parallel;
-  d.attention_seq = d.local_tokens;
+  d.attention_seq = double(p.seq_len) / q.cp;
   d.packed = !p.packed_lengths.empty();
   if (d.packed) {
     // Varlen flash attention runs each sequence on its own: its length weighted by the FLOPs it carries (L_i^2).

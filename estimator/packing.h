@@ -19,7 +19,7 @@ namespace lcplan {
 struct PackedMicrobatch {
   std::vector<int64_t> lengths;  // each padded to what CP / sequence parallelism needs, descending
   int64_t tokens = 0;            // their sum
-  std::vector<int> splits;       // hybrid CP's busiest-rank view only: the CP ranks each entry is split over
+  std::vector<int> splits{};     // hybrid CP's busiest-rank view only: the CP ranks each entry is split over
 };
 
 // Hybrid context parallelism (Megatron-LM --hybrid-context-parallel, its BalancedCPScheduler): each sequence of a CP

@@ -10,12 +10,14 @@ target=${1:?usage: fuzz/run.sh <target> <seconds> [libFuzzer flags]}
 seconds=${2:?usage: fuzz/run.sh <target> <seconds> [libFuzzer flags]}
 shift 2
 build=${LCPLAN_FUZZ_BUILD:-build/fuzz}
+# LCPLAN_FUZZ_SANITIZERS=undefined (with another LCPLAN_FUZZ_BUILD) builds without ASan, for campaigns at volume.
 # Another build folder gets only the areas the fuzzers link: the estimator needs kernels/ (lcplan_moe_schedule),
 # the measurement target profiler/ (lcplan_profiler); the CLI, tests and benchmarks are left out.
 if [ ! -f "$build/CMakeCache.txt" ]; then
   if [ "$build" = build/fuzz ]; then cmake --preset fuzz >/dev/null
   else cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLCPLAN_CUDA=OFF -DLCPLAN_FUZZ=ON -DLCPLAN_BENCH=OFF \
-         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DLCPLAN_AREAS="models;estimator;calibrate;search;kernels;profiler;fuzz" \
+         -DLCPLAN_FUZZ_SANITIZERS="${LCPLAN_FUZZ_SANITIZERS:-address,undefined}" \
+         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DLCPLAN_AREAS="common;models;parallel;estimator;calibrate;search;kernels;profiler;fuzz" \
          >/dev/null; fi
 fi
 cmake --build "$build" --target "fuzz_$target" -j "${LCPLAN_JOBS:-2}"

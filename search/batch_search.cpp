@@ -187,9 +187,9 @@ std::string batch_search_table(const BatchSearchResult& r, int rows) {
     const Parallel& q = b.plan.parallel;
     char layout[64];
     std::snprintf(layout, sizeof layout, "%d %d %d %d %d %d %d", q.tp, q.pp, q.vpp, q.cp, q.ep, q.etp, data_parallel(b.plan));
-    const std::string recompute = std::string(to_string(b.plan.recompute)) +
-                                  (b.plan.recompute == Recompute::Full && b.plan.recompute_layers > 0
-                                       ? " " + std::to_string(b.plan.recompute_layers) : "");
+    std::string recompute = to_string(b.plan.recompute);
+    if (b.plan.recompute == Recompute::Full && b.plan.recompute_layers > 0)
+      recompute.append(" ").append(std::to_string(b.plan.recompute_layers));
     std::snprintf(buf, sizeof buf, "%-3zu %-22s %-9s %-10s %-6d %-10lld %10.0f %9.1f %9.3f %9.1f%% %10.2f\n", i + 1,
                   layout, to_string(b.plan.optimizer_sharding), recompute.c_str(), b.plan.moe.ep_chunks,
                   static_cast<long long>(b.tokens_per_microbatch),

@@ -95,6 +95,29 @@ TEST_F(Packing, PackedAttentionTimeScalesWithTheSumOfSquares) {
   EXPECT_GT(c_packed / c_whole, squares / (32768.0 * 32768));
 }
 
+// A micro batch of equal sequences and the same sequences packed are the same attention work at the same rate:
+// flash attention's efficiency follows each sequence's length (its half point is per sequence), not the batch's tokens.
+TEST_F(Packing, AMicroBatchOfEqualSequencesIsItsPackedForm) {
+  const ModelSpec m = load_model("llama-3.1-8b", data_dir());
+  Plan batch = zoo_plan("llama-3.1-8b", 8, 2048);
+  batch.micro_batch = 4;
+  batch.global_batch = 32;
+  Plan packed = batch;
+  packed.micro_batch = 1;
+  packed.seq_len = 4 * 2048;
+  packed.global_batch = 8;  // the same 32 sequences, four per packed microbatch
+  packed.packed_lengths = {2048, 2048, 2048, 2048};
+  ASSERT_FALSE(check_plan(m, packed)) << check_plan(m, packed)->message;
+  const double a_batch = estimate_time(m, batch, hw, cal(batch)).breakdown.compute_attention;
+  const double a_packed = estimate_time(m, packed, hw, cal(packed)).breakdown.compute_attention;
+  EXPECT_NEAR(a_packed / a_batch, 1.0, 1e-12);
+  // One sequence of the same tokens runs at a higher rate on four times the work: the test can tell them apart.
+  Plan whole = packed;
+  whole.packed_lengths.clear();
+  const double a_whole = estimate_time(m, whole, hw, cal(whole)).breakdown.compute_attention;
+  EXPECT_LT(a_whole / a_batch, 4.0 * 0.99);
+}
+
 // Every drawn sequence lands in exactly one microbatch, no microbatch exceeds its budget, the DP ranks' tokens differ
 // by at most one sequence, and the same seed draws the same steps.
 // 64 sequences on 16 GPUs at CP 2 (8 DP ranks), four drawn steps with seed 7, packed by `budget` tokens per GPU.
