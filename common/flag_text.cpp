@@ -1,5 +1,6 @@
 #include "common/flag_text.h"
 
+#include <charconv>
 #include <climits>
 #include <cmath>
 
@@ -82,6 +83,12 @@ std::vector<std::string> split_commas(const std::string& text) {
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }
+}
+
+std::string number_text(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form (C++17 <charconv>)
+  return std::string(buf, r.ptr);
 }
 
 }  // namespace lcplan

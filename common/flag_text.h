@@ -20,5 +20,7 @@ std::optional<double> finite_number(const std::string& text);
 double parse_number(const std::string& text, const std::string& flag, double lo, double hi, const std::string& valid);
 bool parse_on_off(const std::string& text, const std::string& flag);  // "on" or "off"
 std::vector<std::string> split_commas(const std::string& text);       // "a,b" -> {"a", "b"}; "" -> {""}
+// The shortest text that reads back (finite_number) to exactly `v`: what a flag emitted for a plan must carry.
+std::string number_text(double v);
 
 }  // namespace lcplan

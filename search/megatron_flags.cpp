@@ -583,7 +583,8 @@ std::vector<MegatronRow> optimizer_rows() {
        .note = "",
        .read = read_optimizer_offload,
        .emit = [](MegatronEmission& e) {
-         if (e.p.offload.optimizer) e.flags << " --optimizer-cpu-offload --optimizer-offload-fraction " << e.p.offload.optimizer_fraction;
+         if (e.p.offload.optimizer)
+           e.flags << " --optimizer-cpu-offload --optimizer-offload-fraction " << number_text(e.p.offload.optimizer_fraction);
        },
        .expressed = [](const Plan& p, FieldValues& v) {
          add(v, "offload.optimizer", p.offload.optimizer);
@@ -755,7 +756,7 @@ std::vector<MegatronRow> moe_and_precision_rows() {
        .read = read_capacity,
        .emit = [](MegatronEmission& e) {
          if (e.p.moe.capacity_factor <= 0) return;
-         e.flags << " --moe-expert-capacity-factor " << e.p.moe.capacity_factor;
+         e.flags << " --moe-expert-capacity-factor " << number_text(e.p.moe.capacity_factor);
          if (e.p.moe.pad_to_capacity) e.flags << " --moe-pad-expert-input-to-capacity";
        },
        .expressed = [](const Plan& p, FieldValues& v) {

@@ -519,11 +519,12 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
       {"offload optimizer and activations, NVFP4, no sharding", "llama-3.1-8b", [](Plan& p) {
          p = zoo_plan(p.model, 8, 8192);
          p.offload.optimizer = true, p.offload.activations = true, p.precision = Precision::NVFP4;
+         p.offload.optimizer_fraction = 0.1111444;  // seven digits: the flag carries them all (fuzz run_settings)
          p.optimizer_sharding = OptimizerSharding::None;
        }},
       {"token dropping with padding to capacity", "qwen3-30b-a3b", [](Plan& p) {
          p = zoo_plan(p.model, 64, 4096);
-         p.parallel.ep = 16, p.moe.capacity_factor = 1.25, p.micro_batch = 2, p.global_batch = 256;
+         p.parallel.ep = 16, p.moe.capacity_factor = 1.2345678, p.micro_batch = 2, p.global_batch = 256;
        }},
       {"TP + PP + CP + EP at once, DeepSeek", "deepseek-v3", [](Plan& p) {
          p = zoo_plan(p.model, 1024, 32768);
