@@ -260,7 +260,7 @@ namespace {
 // CP (Plan::packed_splits), each sequence's chunk on the ranks it is split over.
 void set_attention_view(DerivedPlan& d, const Plan& p) {
   const Parallel& q = p.parallel;
-  d.attention_seq = double(p.seq_len) / q.cp;
+  d.attention_seq = d.seq / q.cp;
   d.packed = !p.packed_lengths.empty();
   if (d.packed) {
     // Varlen flash attention runs each sequence on its own: its length weighted by the FLOPs it carries (L_i^2).

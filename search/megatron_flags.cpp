@@ -583,8 +583,9 @@ std::vector<MegatronRow> optimizer_rows() {
        .note = "",
        .read = read_optimizer_offload,
        .emit = [](MegatronEmission& e) {
-         if (e.p.offload.optimizer)
-           e.flags << " --optimizer-cpu-offload --optimizer-offload-fraction " << number_text(e.p.offload.optimizer_fraction);
+         if (!e.p.offload.optimizer) return;
+         e.flags << " --optimizer-cpu-offload --optimizer-offload-fraction "
+                 << number_text(e.p.offload.optimizer_fraction);
        },
        .expressed = [](const Plan& p, FieldValues& v) {
          add(v, "offload.optimizer", p.offload.optimizer);
