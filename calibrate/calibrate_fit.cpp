@@ -74,6 +74,7 @@ double predict_flat(const MeasuredCase& c, Quantity q, const Calibration& cal) {
   const Plan& p = c.meas.plan;
   switch (q) {
     case Quantity::PeakBytes: {
+      if (c.meas.scope == MeasurementScope::MoeLayer) return moe_layer_peak_bytes(derive_plan(c.model, p, c.hw), cal);
       const MemoryEstimate e = estimate_memory(c.model, p, c.hw, cal);
       return c.meas.peak_stage ? e.stages.at(*c.meas.peak_stage).peak_bytes : e.peak_bytes;
     }

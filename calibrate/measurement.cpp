@@ -243,8 +243,8 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   // A run that did not fit is a result in itself: it needs no measured value.
   if (m.status == MeasurementStatus::Ok && !m.peak_bytes && !m.step_seconds && !m.tflops_per_gpu)
     throw UserError(where + " has no measured value (give peak_bytes, step_seconds or tflops_per_gpu)");
-  if (m.scope == MeasurementScope::MoeLayer && (m.peak_bytes || m.tflops_per_gpu || !m.step_seconds || m.status != MeasurementStatus::Ok))
-    throw UserError(where + ": a \"moe_layer\" measurement takes step_seconds only");
+  if (m.scope == MeasurementScope::MoeLayer && (m.peak_stage || m.tflops_per_gpu || !m.step_seconds || m.status != MeasurementStatus::Ok))
+    throw UserError(where + ": a \"moe_layer\" measurement takes step_seconds and, optionally, peak_bytes");
   parse_detail(j, where, m);
   if (m.id.empty()) m.id = where_in;
   return m;

@@ -229,11 +229,25 @@ void mark_same_stages(DerivedPlan& d) {
 
 int nvlink_domain_gpus(const Plan& p, const Hardware& hw) { return p.gpus_per_node > 0 ? p.gpus_per_node : hw.gpus_per_node; }
 
-LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
-  const double in = gemm_input_bytes(p.precision, p.fp8.recipe);
+namespace {
+
+TokenShape token_shape(const Plan& p) {
   const bool fp8_attention = p.fp8.attention && p.precision != Precision::BF16;
-  const TokenShape s{local_tokens(p), hidden_tokens(p), double(p.parallel.tp), in, fp8_attention ? 1.0 : kBf16,
-                     dtype_bytes(p.moe.router_dtype)};
+  return {local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision, p.fp8.recipe),
+          fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype)};
+}
+
+}  // namespace
+
+LayerActivation ffn_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer) {
+  Acc a;
+  a.drop = p.recompute == Recompute::Selective ? p.recompute_modules : 0;
+  ffn_acts(m, p, layer, token_shape(p), routed_token_copies(m, p), a);
+  return {a.total - a.dropped, a.total, a.moe, 0};
+}
+
+LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
+  const TokenShape s = token_shape(p);
   Acc a;
   a.drop = p.recompute == Recompute::Selective ? p.recompute_modules : 0;
   a.offload = recomputed ? 0 : p.offload.modules;

@@ -156,5 +156,7 @@ double gemm_input_bytes(Precision p, Fp8Recipe recipe = Fp8Recipe::Tensorwise);
 
 // Saved activations of one layer of `layer`'s kind for one microbatch (exposed for tests).
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed);
+// The FFN part of it alone, from the pre-FFN norm's output on (a MoE layer benchmarked by itself).
+LayerActivation ffn_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer);
 
 }  // namespace lcplan

@@ -185,6 +185,25 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
   return st;
 }
 
+// The layer's weights and gradients (router, local routed experts, shared experts), its input, output and input
+// gradient, what its forward saves, its MoE buffers, and in the backward the gradient of the routed fc1 output (the
+// largest tensor the backward makes: [routed copies x 2 ffn] for a gated MLP).
+double moe_layer_peak_bytes(const DerivedPlan& d, const Calibration& cal) {
+  const ModelSpec& m = *d.model;
+  const Plan& p = *d.plan;
+  for (const LayerKind& k : d.kinds) {
+    if (k.spec.ffn != FfnKind::MoE) continue;
+    const LayerParams lp = layer_params(m, k.spec);
+    const double weights = k.params.expert + lp.router + lp.shared_experts / p.parallel.tp;
+    const double io = 3 * kBf16 * d.hidden_tokens * m.hidden;
+    const double saved = ffn_activation(m, p, k.spec).saved;
+    const double buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden;
+    const double fc1_grad = kBf16 * d.routed_tokens * (m.gated_mlp ? 2 : 1) * m.moe.expert_ffn / p.parallel.etp;
+    return (param_bytes_per_param(p, cal) + grad_bytes_per_param(p)) * weights + io + saved + buffers + fc1_grad;
+  }
+  return 0;
+}
+
 MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal) {
   MemoryEstimate est;
   est.stages.reserve(d.stages.size());

@@ -55,6 +55,9 @@ MemoryEstimate estimate_memory(const DerivedPlan& d, const Calibration& cal);
 // One stage of it. Its peak never falls when the stage saves more activations, all else equal (what
 // DerivedPlan::peak_stages relies on).
 StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int stage);
+// One MoE layer's forward + backward by itself on this rank, as Megatron-LM's moe_perf benchmark measures it (bytes
+// allocated at the peak: no optimizer state, context or allocator overhead). 0 when the model has no MoE layer.
+double moe_layer_peak_bytes(const DerivedPlan& d, const Calibration& cal);
 // Convenience for callers holding no derived record: derives it, then estimates.
 MemoryEstimate estimate_memory(const ModelSpec& m, const Plan& p, const Hardware& hw, const Calibration& cal);
 

@@ -39,12 +39,17 @@ def main():
               "summary": {k: s[k] for k in ("time_rows", "time_in_sample", "time_leave_one_model_out",
                                             "time_leave_one_hardware_out", "time_leave_one_context_band_out")},
               "groups": groups}
-    layer_out = subprocess.run([lcplan, "validate", "--json", "--measurements",
+    layer_out = subprocess.run([lcplan, "validate", "--json", "--no-refit", "--measurements",
                                 os.path.join(root, "data", "validation", LAYERS)],
                                check=True, capture_output=True, text=True).stdout
-    layers = {r["id"]: {"model": os.path.basename(r["model"]).removesuffix(".json"), "precision": r["precision"],
-                        "measured_seconds": r["measured"], "predicted_seconds": r["predicted"], "error": r["error"]}
-              for r in json.loads(layer_out)["rows"]}
+    layers = {}
+    for r in json.loads(layer_out)["rows"]:
+        c = layers.setdefault(r["id"], {"model": os.path.basename(r["model"]).removesuffix(".json"),
+                                        "precision": r["precision"]})
+        if r["quantity"] == "peak_bytes":
+            c.update(measured_peak_bytes=r["measured"], predicted_peak_bytes=r["predicted"], peak_error=r["error"])
+        else:
+            c.update(measured_seconds=r["measured"], predicted_seconds=r["predicted"], error=r["error"])
     record["moe_layer_benchmarks"] = {"file": "data/validation/" + LAYERS, "cases": layers}
     with open(os.path.join(root, "data", "validation", "recorded-errors.json"), "w") as f:
         json.dump(record, f, indent=1)
@@ -56,9 +61,11 @@ def main():
     text = open(readme).read()
     a, b = text.index(BEGIN), text.index(END) + len(END)
     text = text[:a] + "\n".join(table) + text[b:]
-    rows = [LAYER_BEGIN, "| case | layer | precision | measured (ms) | predicted (ms) | error |", "|---|---|---|---|---|---|"]
-    rows += ["| %s | %s | %s | %.2f | %.2f | %+.1f%% |" % (i, c["model"], c["precision"], 1e3 * c["measured_seconds"],
-                                                        1e3 * c["predicted_seconds"], 100 * c["error"])
+    rows = [LAYER_BEGIN, "| case | layer | precision | measured (ms) | predicted (ms) | error | max allocated (GB) | "
+                         "predicted (GB) | error |", "|---|---|---|---|---|---|---|---|---|"]
+    rows += ["| %s | %s | %s | %.2f | %.2f | %+.1f%% | %.2f | %.2f | %+.1f%% |" % (
+        i, c["model"], c["precision"], 1e3 * c["measured_seconds"], 1e3 * c["predicted_seconds"], 100 * c["error"],
+        1e-9 * c["measured_peak_bytes"], 1e-9 * c["predicted_peak_bytes"], 100 * c["peak_error"])
              for i, c in layers.items()]
     rows.append(LAYER_END)
     a, b = text.index(LAYER_BEGIN), text.index(LAYER_END) + len(LAYER_END)

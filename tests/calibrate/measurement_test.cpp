@@ -52,8 +52,14 @@ TEST(Measurement, MissingValuesAreErrors) {
   n["step_seconds"] = -1;
   EXPECT_NE(error_of(nlohmann::json::array({n})).find("positive"), std::string::npos);
   auto s = good();
-  s["scope"] = "moe_layer";
-  EXPECT_NE(error_of(nlohmann::json::array({s})).find("step_seconds only"), std::string::npos);
+  s["scope"] = "moe_layer";  // a layer benchmark has no TFLOP/s per GPU and no pipeline stage
+  EXPECT_NE(error_of(nlohmann::json::array({s})).find("takes step_seconds and, optionally, peak_bytes"), std::string::npos);
+  s.erase("tflops_per_gpu");
+  s["step_seconds"] = 0.01;
+  s["peak_bytes"] = 3e9;
+  EXPECT_EQ(error_of(nlohmann::json::array({s})), "");
+  s["peak_stage"] = 0;
+  EXPECT_NE(error_of(nlohmann::json::array({s})).find("peak_bytes"), std::string::npos);
   EXPECT_NE(error_of(nlohmann::json::array()).find("no measurements"), std::string::npos);
 }
 

@@ -136,8 +136,9 @@ void expect_groups_hold_their_record(const ValidationReport& r) {
   for (const auto& [group, _] : rec.items()) EXPECT_TRUE(seen.count(group)) << group << " is recorded but not validated";
 }
 
-// One MoE layer against Megatron-LM's own benchmark of it (12 cases, checked and not fitted): each case's error is
-// printed and must not grow more than 2 points beyond what scripts/record_validation.py recorded (and README shows).
+// One MoE layer against Megatron-LM's own benchmark of it (12 cases, checked and not fitted): each case's time and max
+// allocated error is printed and must not grow more than 2 points beyond what scripts/record_validation.py recorded
+// (and README shows).
 TEST_F(Fixture, MoeLayerBenchmarksHoldTheirRecord) {
   const nlohmann::json rec =
       read_json_file(data_dir() + "/data/validation/recorded-errors.json", "record")["moe_layer_benchmarks"]["cases"];
@@ -153,6 +154,12 @@ TEST_F(Fixture, MoeLayerBenchmarksHoldTheirRecord) {
     ASSERT_TRUE(rec.contains(c.meas.id)) << c.meas.id << " is not recorded: run scripts/record_validation.py";
     const double want = rec.at(c.meas.id).at("error").get<double>();
     EXPECT_LE(std::fabs(err), std::fabs(want) + 0.02) << c.meas.id;
+    // Its max allocated bytes against the estimate's terms for one MoE layer (weights, gradients, saved, buffers).
+    ASSERT_TRUE(c.meas.peak_bytes.has_value()) << c.meas.id;
+    const double peak_err = predict(c, Quantity::PeakBytes, profile) / *c.meas.peak_bytes - 1;
+    std::printf("%-5s max allocated %.2f GB predicted %+7.1f%%\n", c.meas.id.c_str(), 1e-9 * *c.meas.peak_bytes,
+                100 * peak_err);
+    EXPECT_LE(std::fabs(peak_err), std::fabs(rec.at(c.meas.id).at("peak_error").get<double>()) + 0.02) << c.meas.id;
     char line[64];
     std::snprintf(line, sizeof line, "| %s |", c.meas.id.c_str());
     EXPECT_NE(readme.find(line), std::string::npos) << "README's MoE layer table lacks " << c.meas.id;
