@@ -13,6 +13,7 @@
 //   Layer 0 = 16,384 + 67,584 + 114,688 = 198,656; layer 1 = 16,384 + 67,584 + 135,168 = 219,136.
 #include <gtest/gtest.h>
 
+#include "estimator/derived_plan.h"
 #include "estimator/memory_model.h"
 #include "estimator/plan_rules.h"
 #include "models/params.h"
@@ -132,6 +133,26 @@ TEST(MemoryTerms, MoeBuffersScaleWithChunksAndImbalance) {
   cal.moe_chunk_overlap = 0.5;
   e = estimate_memory(m, p, toy_hardware(), cal);
   EXPECT_DOUBLE_EQ(at(e, 0).moe_buffers, 0.75 * 4 * 2 * 256 * 64.0);
+}
+
+// One MoE layer by itself (Megatron-LM's moe_perf benchmark): the MoE layer's router 256 and experts 24,576 at 2 + 4
+// bytes = 148,992; input, output and input gradient 3*2*128*64 = 49,152; the MoE FFN's saved 135,168 (above); 4
+// buffers 4*2*256*64 = 131,072; the fc1 output's gradient 2*256*2*32 = 32,768.
+TEST(MemoryTerms, OneMoeLayerByHand) {
+  const ModelSpec m = toy_model();
+  Plan p = toy_plan();
+  Calibration cal = bare_calibration();
+  cal.moe_buffer_copies = 4;
+  EXPECT_DOUBLE_EQ(moe_layer_peak_bytes(derive_plan(m, p, toy_hardware()), cal),
+                   148992.0 + 49152 + 135168 + 131072 + 32768);
+  // Recomputing the MoE layer's activation drops its saved act (2*256*32) from the layer's own forward.
+  p.recompute = Recompute::Selective;
+  p.recompute_modules = kRecomputeMoeAct;
+  EXPECT_DOUBLE_EQ(moe_layer_peak_bytes(derive_plan(m, p, toy_hardware()), cal),
+                   148992.0 + 49152 + 135168 - 16384 + 131072 + 32768);
+  ModelSpec dense = m;
+  for (LayerSpec& l : dense.layers) l.ffn = FfnKind::Dense;
+  EXPECT_DOUBLE_EQ(moe_layer_peak_bytes(derive_plan(dense, p, toy_hardware()), cal), 0);
 }
 
 TEST(MemoryTerms, PipelineStagesAndInflightMicrobatches) {
