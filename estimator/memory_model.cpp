@@ -185,9 +185,9 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
   return st;
 }
 
-// The layer's weights and gradients (router, local routed experts, shared experts), its input, output and input
-// gradient, what its forward saves, its MoE buffers, and in the backward the gradient of the routed fc1 output (the
-// largest tensor the backward makes: [routed copies x 2 ffn] for a gated MLP).
+// The layer's weights and gradients (router, local routed experts, shared experts), what its forward saves (its input
+// among them: the pre-FFN norm's output), its output and input gradient, its MoE buffers, and in the backward the
+// gradient of the routed fc1 output (the largest tensor the backward makes: [routed copies x 2 ffn] when gated).
 double moe_layer_peak_bytes(const DerivedPlan& d, const Calibration& cal) {
   const ModelSpec& m = *d.model;
   const Plan& p = *d.plan;
@@ -195,7 +195,7 @@ double moe_layer_peak_bytes(const DerivedPlan& d, const Calibration& cal) {
     if (k.spec.ffn != FfnKind::MoE) continue;
     const LayerParams lp = layer_params(m, k.spec);
     const double weights = k.params.expert + lp.router + lp.shared_experts / p.parallel.tp;
-    const double io = 3 * kBf16 * d.hidden_tokens * m.hidden;
+    const double io = 2 * kBf16 * d.hidden_tokens * m.hidden;
     const double saved = ffn_activation(m, p, k.spec).saved;
     const double buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden;
     const double fc1_grad = kBf16 * d.routed_tokens * (m.gated_mlp ? 2 : 1) * m.moe.expert_ffn / p.parallel.etp;

@@ -53,7 +53,8 @@ TEST(Measurement, MissingValuesAreErrors) {
   EXPECT_NE(error_of(nlohmann::json::array({n})).find("positive"), std::string::npos);
   auto s = good();
   s["scope"] = "moe_layer";  // a layer benchmark has no TFLOP/s per GPU and no pipeline stage
-  EXPECT_NE(error_of(nlohmann::json::array({s})).find("takes step_seconds and, optionally, peak_bytes"), std::string::npos);
+  EXPECT_NE(error_of(nlohmann::json::array({s})).find("takes step_seconds and, optionally, peak_bytes"),
+            std::string::npos);
   s.erase("tflops_per_gpu");
   s["step_seconds"] = 0.01;
   s["peak_bytes"] = 3e9;
