@@ -88,6 +88,7 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p) {
                  {"exposed_comm",
                   {{"tp", t.exposed_comm.tp}, {"cp", t.exposed_comm.cp}, {"ep", t.exposed_comm.ep},
                    {"pp", t.exposed_comm.pp}, {"dp_fsdp", t.exposed_comm.dp_fsdp}}},
+                 {"hidden_cp", t.hidden_cp},
                  {"bubble", t.bubble},
                  {"launch_overhead", t.launch_overhead},
                  {"optimizer", t.optimizer},
@@ -168,6 +169,11 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
     std::snprintf(line, sizeof line, "  of compute: attention cores %.3f s (%.0f%%), MoE layers %.3f s (%.0f%%), other %.3f s (%.0f%%)\n",
                   b.compute_attention, 100 * b.compute_attention / b.compute, b.compute_moe,
                   100 * b.compute_moe / b.compute, other, 100 * other / b.compute);
+    o << line;
+  }
+  if (b.hidden_cp > 0 || b.exposed_comm.cp > 0) {
+    std::snprintf(line, sizeof line, "  context parallel (%s): %.3f s of exchange, %.3f s of it hidden under attention\n",
+                  to_string(p.comm.cp), b.hidden_cp + b.exposed_comm.cp, b.hidden_cp);
     o << line;
   }
   if (e.band_points > 0) {

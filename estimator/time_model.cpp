@@ -413,6 +413,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   k.compute = k.forward + k.backward + interference;
   k.tp = 2 * tp_exposed;
   k.cp = cp_exposed_fwd + cp_exposed_bwd;
+  k.cp_hidden = cp_hidden;
   // Cross-microbatch all-to-all overlap (Megatron --overlap-moe-expert-parallel-comm) hides a further share.
   // It pairs one microbatch's forward with another's backward, which full recompute does not support (article
   // section 2.4: the reason chunked EP exists), so recomputed layers get none of it.
@@ -437,6 +438,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     k.recompute = k.forward + slowed_fwd;
     k.tp += tp_exposed;
     k.cp += cp_exposed_fwd;
+    k.cp_hidden += cp_hidden_forward;
     k.ep += moe_layer ? moe.exposed_comm_forward : 0;  // the replayed forward is not paired with another microbatch
     k.launch += launch_fwd + (moe_layer ? moe.launch_forward : 0);
     // The replay runs right before the layer's backward.
@@ -708,6 +710,7 @@ Pipeline pipeline(const DerivedPlan& d, const Calibration& cal, const StageCosts
   br.launch_overhead = mb * c.launch;
   br.exposed_comm.tp = mb * c.tp;
   br.exposed_comm.cp = mb * c.cp;
+  br.hidden_cp = mb * c.cp_hidden;
   br.exposed_comm.ep = mb * c.ep;
   br.exposed_comm.pp = mb * costs.pp_per_microbatch;
   // Bubble (p-1)/(m*v) of the m microbatches' time (Narayanan et al. 2021, arXiv 2104.04473, section 2.2).

@@ -26,6 +26,7 @@ struct TimeBreakdown {
   double compute_moe = 0;        // of compute: the MoE layers' kernels (s)
   double recompute = 0;        // extra forward of recomputed layers (s)
   ExposedComm exposed_comm;
+  double hidden_cp = 0;          // the CP exchange hidden under the attention kernels (s; its exposed part is above)
   double bubble = 0;           // pipeline bubble (s)
   double launch_overhead = 0;  // per-kernel launch floor x kernel count not hidden by long kernels (s)
   double optimizer = 0;        // optimizer step, on the host when offloaded (s)
@@ -69,6 +70,7 @@ struct LayerCost {
   double compute = 0;    // forward + backward GPU compute (with interference slowdown)
   double recompute = 0;  // extra forward compute of a recomputed layer
   double tp = 0, cp = 0, ep = 0;  // exposed communication
+  double cp_hidden = 0;  // the CP exchange run under the attention kernels (ring p2p), not on the critical path
   double launch = 0;     // launch-floor excess
   double forward = 0, backward = 0;  // compute of forward / backward alone (the EP overlap cap)
   // Of compute (forward + backward, no recompute): the attention cores' kernels and the MoE layer's (router,
@@ -82,6 +84,7 @@ struct LayerCost {
   double span_forward = 0, span_backward = 0;
   void add(const LayerCost& o) {
     compute += o.compute, recompute += o.recompute, tp += o.tp, cp += o.cp, ep += o.ep, launch += o.launch;
+    cp_hidden += o.cp_hidden;
     forward += o.forward, backward += o.backward;
     attention += o.attention, moe += o.moe;
     in_forward += o.in_forward, in_loss += o.in_loss, in_backward += o.in_backward;

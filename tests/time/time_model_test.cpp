@@ -89,7 +89,8 @@ TEST_F(Fixture, OutputsAreConsistent) {
 
 // The breakdown says what dominates: on the long-context Qwen3-235B layout (TP4 PP8 VPP4 EP8, CP growing with the
 // sequence as in data/validation/megatron-moe-long-context-h100-runs.json), the MoE layers lead at 16K and the
-// attention cores at 128K, where causal attention is over 80% of the model FLOPs; both are parts of compute.
+// attention cores at 128K, where causal attention is over 80% of the model FLOPs; both are parts of compute. The CP
+// exchange is split into what runs under attention and what is exposed.
 TEST_F(Fixture, ComputeSharesFollowTheSequence) {
   const ModelSpec q = load_model("qwen3-235b-a22b", data_dir());
   double prev_attention = 0;
@@ -110,6 +111,16 @@ TEST_F(Fixture, ComputeSharesFollowTheSequence) {
     EXPECT_GT(b.compute_moe, 0);
     EXPECT_LE(b.compute_attention + b.compute_moe, b.compute);
     EXPECT_GT(attention, prev_attention) << seq;
+    // The ring's K/V exchange runs under the attention kernels; gathered first (all_gather), all of it is exposed.
+    if (cp == 1) {
+      EXPECT_EQ(b.hidden_cp + b.exposed_comm.cp, 0);
+    } else {
+      EXPECT_GT(b.hidden_cp, 0) << seq;
+      p.comm.cp = CpComm::AllGather;
+      const TimeBreakdown g = estimate_time(q, p, hw, cal).breakdown;
+      EXPECT_EQ(g.hidden_cp, 0);
+      EXPECT_NEAR(g.exposed_comm.cp, b.exposed_comm.cp + b.hidden_cp, 1e-9 * g.exposed_comm.cp) << seq;
+    }
     if (seq == 16384) {
       EXPECT_GT(moe, attention);
     }
