@@ -179,7 +179,12 @@ def convert(rows, out_name, description):
             if base == "DeepSeekV3":
                 moe["dispatcher"] = "deepep"
                 notes.append("assumed: DeepEP token dispatch (Megatron's flex dispatcher), as the DeepSeek-V3 recipes use")
-            if (r["EP"] or 1) > 1 and (r["PP"] == 1 or vpp > 1):
+            overlap_allowed = (r["EP"] or 1) > 1 and (r["PP"] == 1 or vpp > 1)
+            if overlap_allowed and base == "GPT OSS 120B":
+                notes.append("EP all-to-all not overlapped across microbatches (Megatron-LM's default): the table's own "
+                             "EP 8 / EP 64 pairs of the 26.02 containers (B300 5.45 -> 9.80 s, B200 5.97 -> 10.18 s) "
+                             "pay EP 64's cross-node all-to-all nearly in full, which an overlapped one would mostly hide")
+            elif overlap_allowed:
                 moe["a2a_overlap"] = True
                 notes.append("assumed: EP all-to-all overlapped across microbatches where Megatron allows it (pp 1 or "
                              "vpp > 1), as Megatron-Bridge's MoE performance recipes do")
@@ -275,7 +280,7 @@ def convert_moe_layer_perf(rows, out_name, description):
                  "Mixtral-8x7B's MoE layer" if mixtral else "the DeepSeek-like proxy (data/validation/models)"]
         runs.append({"id": r["id"], "source": "%s (%s)" % (s["table"], s["url"]), "scope": "moe_layer",
                      "step_seconds": (m["forward_ms"] + m["backward_ms"]) / 1e3, "plan": plan,
-                     "notes": "; ".join(notes)})
+                     "notes": "; ".join(notes), "peak_bytes": float(m["max_allocated_bytes"])})
     dump(out_name, description, runs)
     print(f"{out_name}: {len(runs)} rows", file=sys.stderr)
 
