@@ -9,8 +9,10 @@ Inputs (copies of public tables, each row with its source address):
                                      (https://docs.nvidia.com/nemo/megatron-bridge/latest/performance-summary.html)
   megatron-moe-long-context-h100.json  Megatron-MoE-ModelZoo Qwen3-235B-A22B at 16K-128K with CP 1-8
                                      (https://github.com/yanring/Megatron-MoE-ModelZoo, best_practice/qwen3)
+  megatron-moe-layer-perf-h100.json  Megatron-LM's single-MoE-layer benchmarks on 8 H100 (the file's source fields)
 Outputs: bumblebee-runs.json, megatron-bridge-h100-runs.json, megatron-bridge-blackwell-runs.json,
-megatron-moe-long-context-h100-runs.json.
+megatron-moe-long-context-h100-runs.json, megatron-moe-layer-perf-h100-runs.json (in data/validation/, or the folder
+given by --out DIR).
 
 Every row becomes a record. Rows lcplan cannot express carry "not_modelled" (the reason); rows of an older container
 with the same configuration as a newer one carry "superseded_by" (they are predicted and reported, not fitted).
@@ -18,10 +20,18 @@ Assumptions are written into each record's notes."""
 import json, os, re, sys
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "validation")
+# --out DIR writes the outputs there instead (tests/calibrate: the committed files are what this script makes).
+out_dir = root
+if len(sys.argv) == 3 and sys.argv[1] == "--out" and os.path.isdir(sys.argv[2]):
+    out_dir = sys.argv[2]
+elif len(sys.argv) > 1:
+    print("make_validation_runs.py: arguments %r are not valid (none, or --out DIR with DIR an existing folder)"
+          % sys.argv[1:], file=sys.stderr)
+    sys.exit(2)
 
 
 def dump(name, description, runs):
-    with open(os.path.join(root, name), "w") as f:
+    with open(os.path.join(out_dir, name), "w") as f:
         json.dump({"description": description, "measurements": runs}, f, indent=1)
         f.write("\n")
 
