@@ -373,7 +373,7 @@ int run_profile_command(const ProfileArgs& a, const std::string& command_line) {
         }
         hw = hardware_from_json(hw_json, f.name);
       }
-      const Derived derived = derive_coefficients(run.data, hw, s.start.linear_ce_vocab_tile);
+      const Derived derived = derive_coefficients(run.data, hw, s.start);
       OutputFacts facts{run.device, date, command, a.calibration};
       nlohmann::json out = calibration_with_profile(s.start_json, hw, run, derived, s.targets, facts);
       out["name"] = std::filesystem::path(a.out).stem().string();  // a new profile, named like its file

@@ -24,6 +24,17 @@ double efficiency_curve(double max, double half, double x) {
   return x <= 0 ? 0 : max * x / (x + half);
 }
 
+// FlashAttention-3 (arXiv 2407.08608, figures 5-7) runs head dim 64 at about 3/4 of head dim 128's rate; dims of 128
+// and more run at the calibrated rate.
+double attention_head_dim_factor(double head_dim) { return std::min(1.0, 1.5 * head_dim / (head_dim + 64)); }
+
+// The backward runs 5 matmuls to the forward's 2 (FlashAttention-2 paper, arXiv 2307.08691); above head dim 128 it is
+// slower per FLOP (no published rate: calibration.attention_wide_head_backward at 256, linear from 128).
+double attention_backward_units(double head_dim, const Calibration& cal) {
+  const double wide = std::clamp((head_dim - 128) / 128, 0.0, 1.0);
+  return 2.5 / (1 - wide * (1 - cal.attention_wide_head_backward));
+}
+
 double collective_seconds(Collective c, double bytes, int n, LinkTier tier, int nodes, const Hardware& hw,
                           const Calibration& cal) {
   if (n <= 1 || bytes <= 0) return 0;
@@ -85,11 +96,8 @@ struct KernelRates {
     return flops / (gemm_peak * grouped_scale *
                     efficiency_curve(cal.grouped_gemm_efficiency, cal.grouped_gemm_half_tokens, tokens_per_expert));
   }
-  // Flash attention reaches a lower fraction of peak at small head dims: FlashAttention-3 (arXiv 2407.08608,
-  // figures 5-7) runs head dim 64 at about 3/4 of head dim 128's rate; dims of 128 and more are the calibrated rate.
   double attention(double flops, double local_seq, double head_dim) const {
-    const double dim_factor = std::min(1.0, 1.5 * head_dim / (head_dim + 64));
-    return flops / (hw.peak_bf16_flops * attention_rate * dim_factor *
+    return flops / (hw.peak_bf16_flops * attention_rate * attention_head_dim_factor(head_dim) *
                     efficiency_curve(cal.attention_efficiency, cal.attention_half_seq, local_seq));
   }
   // Quantizing `elements` GEMM inputs/outputs (memory-bound; 0 in bf16).
@@ -335,7 +343,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     const double head_dim = kind.spec.mixer == MixerKind::MLA ? double(m.mla.qk_nope_head_dim) + m.mla.qk_rope_head_dim
                                                               : m.attn.head_dim;
     core_fwd = rate.attention(lf.attn_core * share, d.attention_seq, head_dim);
-    core_bwd = 2.5 * core_fwd;  // flash attention backward runs 5 matmuls to the forward's 2 (FlashAttention-2 paper)
+    core_bwd = attention_backward_units(head_dim, rate.cal) * core_fwd;
   } else if (lf.linear_core > 0) {
     core_fwd = rate.linear_attention(lf.linear_core * share);
     core_bwd = 2 * core_fwd;

@@ -137,6 +137,10 @@ double collective_seconds(Collective c, double bytes, int n, LinkTier tier, int 
 
 // Compute efficiency curve eff(x) = max * x / (x + half).
 double efficiency_curve(double max, double half, double x);
+// Flash attention's rate at `head_dim` relative to its calibrated rate (head dim 128 and up), forward and backward.
+double attention_head_dim_factor(double head_dim);
+// Seconds of flash attention's backward per second of its forward at `head_dim` (FLOPs 2.5x, rate per calibration).
+double attention_backward_units(double head_dim, const Calibration& cal);
 
 // The plan's MoE layer (MoeLayerTime); zero on dense models.
 MoeLayerTime moe_layer_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);

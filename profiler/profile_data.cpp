@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "estimator/time_model.h"
 #include "profiler/fit.h"
 
 namespace lcplan::profiler {
@@ -31,8 +32,6 @@ double bus_factor(Coll c, int ranks) {
   }
   return 1;
 }
-
-double attention_dim_factor(double head_dim) { return std::min(1.0, 1.5 * head_dim / (head_dim + 64)); }
 
 namespace {
 
@@ -109,7 +108,8 @@ nlohmann::json to_json(const ProfileData& d) {
   return j;
 }
 
-Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double linear_ce_tile) {
+Derived derive_coefficients(const ProfileData& d, const Hardware& hw, const Calibration& start) {
+  const double linear_ce_tile = start.linear_ce_vocab_tile;
   Derived out;
   auto put = [&](const char* key, double v, const std::string& how) { out.coefficients[key] = {v, how}; };
   auto own = [&](const char* key) {
@@ -153,7 +153,8 @@ Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double lin
   std::vector<double> ax, ay;
   for (const auto& r : d.attention)
     ax.push_back(double(r.seq)),
-        ay.push_back(3.5 * r.forward_flops / r.seconds / (hw.peak_bf16_flops * attention_dim_factor(double(r.head_dim))));
+        ay.push_back((1 + attention_backward_units(double(r.head_dim), start)) * r.forward_flops / r.seconds /
+                     (hw.peak_bf16_flops * attention_head_dim_factor(double(r.head_dim))));
   curve("time.attention_efficiency", "time.attention_half_seq", "attention forward+backward", "local sequence", ax, ay);
   own("time.attention_efficiency"), own("time.attention_half_seq");
 

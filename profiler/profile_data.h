@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "estimator/calibration.h"
 #include "estimator/hardware.h"
 #include "parallel/rank_layout.h"
 #include "profiler/activity.h"
@@ -130,12 +131,10 @@ struct Derived {
   std::vector<std::string> notes;  // coefficients that could not be derived and why
 };
 
-// Efficiencies relative to `hw`'s peaks and bandwidths. `linear_ce_tile` picks the linear-CE rows the slowdown is
-// taken from (the calibration's memory.linear_ce_vocab_tile when measured, else every row).
-Derived derive_coefficients(const ProfileData& d, const Hardware& hw, double linear_ce_tile = 0);
-
-// FlashAttention-3's head-dim factor, as estimator/time_model.cpp applies it.
-double attention_dim_factor(double head_dim);
+// Efficiencies relative to `hw`'s peaks and bandwidths, read the way the estimator applies them with `start` (the
+// profile they join): its memory.linear_ce_vocab_tile picks the linear-CE rows the slowdown is taken from (every row
+// when 0), its attention backward rate above head dim 128 splits a measured forward + backward.
+Derived derive_coefficients(const ProfileData& d, const Hardware& hw, const Calibration& start);
 
 // The CPU machine as a hardware profile: peaks = best measured fp32 GEMM rate / 0.95 (bf16 = fp8: a CPU has no
 // low-precision tensor cores), HBM = best STREAM-like copy / 0.95, NVLink = best intra-node bus bandwidth / 0.95,

@@ -94,7 +94,9 @@ void BM_DeriveAllCoefficients(benchmark::State& st) {
   hw.name = "h100-sxm-80gb";
   hw.peak_bf16_flops = 989e12, hw.peak_fp8_flops = 1979e12, hw.hbm_bandwidth = 3.35e12;
   hw.nvlink_bandwidth = 450e9, hw.network_bandwidth = 50e9, hw.host_bandwidth = 64e9;
-  for (auto _ : st) benchmark::DoNotOptimize(derive_coefficients(d, hw, 8192));
+  lcplan::Calibration start;
+  start.linear_ce_vocab_tile = 8192;
+  for (auto _ : st) benchmark::DoNotOptimize(derive_coefficients(d, hw, start));
 }
 BENCHMARK(BM_DeriveAllCoefficients);
 

@@ -9,6 +9,7 @@
 #include "estimator/flops.h"
 #include "estimator/hardware.h"
 #include "estimator/plan_rules.h"
+#include "estimator/time_model.h"
 #include "models/zoo.h"
 #include "profiler/profile_data.h"
 #include "profiler/shapes.h"
@@ -51,7 +52,7 @@ TEST(Derive, EveryCoefficientFromRowsMadeWithIt) {
   for (int64_t s : {1024, 4096, 16384}) {
     AttentionRow r{s, 16, 2, 64, 4.0 * 16 * 64 * double(s) * double(s) / 2, 0};
     // Head dim 64 runs at FlashAttention-3's 3/4 factor (estimator/time_model.cpp).
-    r.seconds = 3.5 * r.forward_flops / (hw.peak_bf16_flops * attention_dim_factor(64) * curve(0.4, 500, double(s)));
+    r.seconds = 3.5 * r.forward_flops / (hw.peak_bf16_flops * attention_head_dim_factor(64) * curve(0.4, 500, double(s)));
     d.attention.push_back(r);
   }
   d.linear_attention.push_back({4096, 16, 32, 128, 128, 1e12, 3e12 / (hw.peak_bf16_flops * 0.12)});
@@ -73,7 +74,9 @@ TEST(Derive, EveryCoefficientFromRowsMadeWithIt) {
     a.seconds = 40e-6 + b * 7.0 / 8 / (450e9 * 0.6);
     d.collectives.push_back(a);
   }
-  const Derived r = derive_coefficients(d, hw, 3072);
+  Calibration start;
+  start.linear_ce_vocab_tile = 3072;
+  const Derived r = derive_coefficients(d, hw, start);
   auto v = [&](const char* k) {
     const auto it = r.coefficients.find(k);
     return it == r.coefficients.end() ? -1.0 : it->second.value;
@@ -100,8 +103,29 @@ TEST(Derive, EveryCoefficientFromRowsMadeWithIt) {
 }
 
 TEST(Derive, NothingMeasuredNothingDerived) {
-  const Derived r = derive_coefficients(ProfileData{}, test_hw());
+  const Derived r = derive_coefficients(ProfileData{}, test_hw(), Calibration{});
   EXPECT_TRUE(r.coefficients.empty());
+}
+
+TEST(Derive, WideHeadAttentionIsSplitAsTheEstimatorCostsIt) {
+  // Head dim 256: the forward at the calibrated rate, the backward (2.5x its FLOPs) at the start profile's
+  // attention_wide_head_backward of it; the derived efficiency is the forward's, as time_model.cpp reads it.
+  const Hardware hw = test_hw();
+  Calibration start;
+  start.attention_wide_head_backward = 0.5;
+  ProfileData d;
+  for (int64_t s : {1024, 4096, 16384}) {
+    AttentionRow r{s, 8, 2, 256, 4.0 * 8 * 256 * double(s) * double(s) / 2, 0};
+    const double fwd = r.forward_flops / (hw.peak_bf16_flops * curve(0.45, 300, double(s)));
+    r.seconds = fwd * (1 + 2.5 / 0.5);
+    d.attention.push_back(r);
+  }
+  const Derived r = derive_coefficients(d, hw, start);
+  EXPECT_NEAR(r.coefficients.at("time.attention_efficiency").value, 0.45, 1e-3);
+  EXPECT_NEAR(r.coefficients.at("time.attention_half_seq").value, 300, 2);
+  // Read with a backward as fast as the forward's rate, the same rows give a lower efficiency.
+  start.attention_wide_head_backward = 1.0;
+  EXPECT_LT(derive_coefficients(d, hw, start).coefficients.at("time.attention_efficiency").value, 0.3);
 }
 
 TEST(CpuHardware, PeaksAreTheBestMeasurementsOver095) {
@@ -186,8 +210,9 @@ TEST(Bus, FactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor(Coll::AllGather, 4), 0.75);
   EXPECT_DOUBLE_EQ(bus_factor(Coll::AllToAll, 2), 0.5);
   EXPECT_DOUBLE_EQ(bus_factor(Coll::SendRecv, 8), 1);
-  EXPECT_DOUBLE_EQ(attention_dim_factor(128), 1.0);
-  EXPECT_DOUBLE_EQ(attention_dim_factor(64), 0.75);
+  EXPECT_DOUBLE_EQ(attention_head_dim_factor(128), 1.0);
+  EXPECT_DOUBLE_EQ(attention_head_dim_factor(64), 0.75);
+  EXPECT_DOUBLE_EQ(attention_head_dim_factor(256), 1.0);
 }
 
 }  // namespace

@@ -138,8 +138,31 @@ TEST_F(Fixture, ComputeSharesFollowTheSequence) {
   EXPECT_EQ(estimate_time(llama, p, hw, cal).breakdown.compute_moe, 0);
 }
 
+TEST_F(Fixture, WideHeadsSlowOnlyTheAttentionBackward) {
+  // Flash attention's backward (2.5x the forward's FLOPs) runs at calibration.attention_wide_head_backward of its rate
+  // at head dim 256, linearly from 128; the forward and dims up to 128 are untouched.
+  ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.gpus = 8;
+  p.seq_len = 32768;
+  Calibration slow = cal, plain = cal;
+  slow.attention_wide_head_backward = 0.5;
+  plain.attention_wide_head_backward = 1.0;
+  for (const auto& [dim, bwd_rate] : {std::pair{64, 1.0}, std::pair{128, 1.0}, std::pair{192, 0.75}, std::pair{256, 0.5}}) {
+    llama.attn.head_dim = dim;
+    const double at_slow = estimate_time(llama, p, hw, slow).breakdown.compute_attention;
+    const double at_plain = estimate_time(llama, p, hw, plain).breakdown.compute_attention;
+    ASSERT_GT(at_plain, 0);
+    EXPECT_NEAR(at_slow / at_plain, (1 + 2.5 / bwd_rate) / 3.5, 1e-9) << dim;
+  }
+}
+
 TEST_F(Fixture, FullRecomputeAddsAForwardButNotModelFlops) {
   Plan p = qwen_plan();
+  // Qwen3.5's head dim 256 backward at its head-dim-128 rate, so that every backward costs 2-2.5 forwards.
+  Calibration cal = this->cal;
+  cal.attention_wide_head_backward = 1.0;
   const TimeEstimate full = estimate_time(m, p, hw, cal);
   p.recompute = Recompute::None;
   const TimeEstimate none = estimate_time(m, p, hw, cal);
