@@ -67,7 +67,7 @@ struct Calibration {
   double mxfp8_grouped_gemm_ratio = 0;     // the same in mxfp8
   double nvfp4_grouped_gemm_ratio = 0;     // the same in nvfp4
   double quantize_bytes_per_element = 0;   // HBM bytes moved per GEMM input element to quantize it (low precision)
-  double attention_efficiency = 0;         // flash attention fwd+bwd: fraction of bf16 peak at long sequences, head dim >= 128
+  double attention_efficiency = 0;         // flash attention fwd+bwd: fraction of bf16 peak at long sequences, head dim 128
   double attention_half_seq = 0;           // local sequence at half attention efficiency
   double attention_wide_head_backward = 1;  // flash attention backward rate at head dim 256 relative to 128
   double linear_attention_efficiency = 0;  // gated DeltaNet chunked kernels: fraction of bf16 peak

@@ -82,12 +82,14 @@ rec = json.load(open("data/validation/recorded-errors.json"))
 s, r = v["summary"], rec["summary"]
 keys = ("time_in_sample", "time_leave_one_model_out", "time_leave_one_hardware_out", "time_leave_one_context_band_out")
 print("all rows: " + ", ".join("%s %.1f%% (%+.1f)" % (k[5:], 100 * s[k], 100 * (s[k] - r[k])) for k in keys))
+def cell(x, y):  # an error and its change against the record (x None: not measured; y None: not recorded)
+    if x is None:
+        return "-"
+    return "%.1f%%" % (100 * x) + ("" if y is None else " (%+.1f)" % (100 * (x - y)))
 print("%-28s %5s  %-16s %s" % ("group (against the record)", "rows", "in sample", "left out"))
 for kind in ("by_model", "by_hardware", "by_context"):
     for g in s[kind]:
         old = rec["groups"].get(g["group"], {})
-        def cell(x, y):
-            return "-" if x is None else "%.1f%% (%+.1f)" % (100 * x, 100 * (x - y)) if y is not None else "%.1f%%" % (100 * x)
         print("%-28s %5d  %-16s %s" % (g["group"], g["rows"], cell(g["in_sample"], old.get("in_sample")),
                                       cell(g["left_out"], old.get("left_out"))))
 rows = ["%s %+.1f%%" % (x["id"], 100 * (x["predicted"] / x["measured"] - 1)) for x in v["rows"]
