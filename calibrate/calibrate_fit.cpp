@@ -10,6 +10,7 @@
 #include <Eigen/Dense>
 
 #include "common/user_error.h"
+#include "estimator/frameworks.h"
 #include "estimator/memory_model.h"
 #include "estimator/time_model.h"
 
@@ -110,7 +111,7 @@ std::vector<Datum> data_of(const std::vector<MeasuredCase>& cases) {
   for (size_t i = 0; i < cases.size(); ++i) {
     if (!fitted_case(cases[i])) continue;
     const Measurement& m = cases[i].meas;
-    if (m.peak_bytes) d.push_back({i, Quantity::PeakBytes, *m.peak_bytes});
+    if (m.peak_bytes && m.memory_not_fitted.empty()) d.push_back({i, Quantity::PeakBytes, *m.peak_bytes});
     if (m.step_seconds) d.push_back({i, Quantity::StepSeconds, *m.step_seconds});
     if (m.tflops_per_gpu) d.push_back({i, Quantity::TflopsPerGpu, *m.tflops_per_gpu});
   }
@@ -295,7 +296,8 @@ std::vector<Param> make_params(const std::vector<MeasuredCase>& cases, const std
   std::set<std::string> hardware, implementations;
   for (const Datum& d : data) {
     hardware.insert(cases[d.case_index].hw.name);
-    implementations.insert(cases[d.case_index].meas.plan.implementation);
+    // The overrides an implementation reads (Megatron-Bridge runs Megatron-LM's kernels: it reads megatron's).
+    implementations.insert(calibration_key(cases[d.case_index].meas.plan.implementation));
   }
   std::vector<Param> ps;
   auto sigma_of = [&](const std::string& key) {

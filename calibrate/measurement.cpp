@@ -185,7 +185,7 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   if (j.contains("id") && j.at("id").is_string()) where += " (\"" + j.at("id").get<std::string>() + "\")";
   static const char* kKeys[] = {"id", "source", "plan", "scope", "peak_bytes", "step_seconds", "tflops_per_gpu",
                                 "notes", "status", "failure", "peak_reserved_bytes", "not_modelled", "superseded_by",
-                                "peak_stage", "breakdown", "peak_phase", "peak_rank", "phases", "ranks", "scale", "steps",
+                                "memory_not_fitted", "peak_stage", "breakdown", "peak_phase", "peak_rank", "phases", "ranks", "scale", "steps",
                                 "loss", "grad_norm", "per_step", "backend", "device", "host", "executor"};
   for (const auto& [k, _] : j.items()) {
     bool ok = false;
@@ -193,7 +193,8 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
     if (!ok)
       throw UserError(where + " has unknown field \"" + k +
                       "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes, status, "
-                      "failure, peak_reserved_bytes, not_modelled, superseded_by, peak_stage, breakdown, peak_phase, "
+                      "failure, peak_reserved_bytes, not_modelled, superseded_by, memory_not_fitted, peak_stage, breakdown, "
+                      "peak_phase, "
                       "peak_rank, phases, ranks, scale, steps, loss, grad_norm, per_step, backend, device, host, executor)");
   }
   Measurement m;
@@ -202,7 +203,8 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
     m.id = j.at("id").get<std::string>();
   }
   for (auto [key, field] : {std::pair<const char*, std::string*>{"notes", &m.notes}, {"not_modelled", &m.not_modelled},
-                             {"superseded_by", &m.superseded_by}}) {
+                             {"superseded_by", &m.superseded_by},
+                             {"memory_not_fitted", &m.memory_not_fitted}}) {
     if (!j.contains(key)) continue;
     if (!j.at(key).is_string()) throw UserError(where + ": \"" + key + "\" must be a string");
     *field = j.at(key).get<std::string>();
@@ -243,6 +245,9 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   // A run that did not fit is a result in itself: it needs no measured value.
   if (m.status == MeasurementStatus::Ok && !m.peak_bytes && !m.step_seconds && !m.tflops_per_gpu)
     throw UserError(where + " has no measured value (give peak_bytes, step_seconds or tflops_per_gpu)");
+  if (!m.memory_not_fitted.empty() && !m.peak_bytes)
+    throw UserError(where + ": \"memory_not_fitted\" says why peak_bytes is checked and not fitted; this record has no "
+                            "peak_bytes");
   if (m.scope == MeasurementScope::MoeLayer && (m.peak_stage || m.tflops_per_gpu || !m.step_seconds || m.status != MeasurementStatus::Ok))
     throw UserError(where + ": a \"moe_layer\" measurement takes step_seconds and, optionally, peak_bytes");
   parse_detail(j, where, m);
@@ -265,6 +270,7 @@ nlohmann::json measurement_to_json(const Measurement& m) {
   if (m.peak_reserved_bytes) j["peak_reserved_bytes"] = *m.peak_reserved_bytes;
   if (!m.not_modelled.empty()) j["not_modelled"] = m.not_modelled;
   if (!m.superseded_by.empty()) j["superseded_by"] = m.superseded_by;
+  if (!m.memory_not_fitted.empty()) j["memory_not_fitted"] = m.memory_not_fitted;
   if (m.breakdown) j["breakdown"] = breakdown_to_json(*m.breakdown);
   if (m.peak_phase) j["peak_phase"] = to_string(*m.peak_phase);
   if (m.peak_rank) j["peak_rank"] = *m.peak_rank;

@@ -81,6 +81,7 @@ struct Measurement {
   std::string notes;
   std::string not_modelled;   // non-empty: the run is of something lcplan does not model (the reason); not predicted
   std::string superseded_by;  // non-empty: an older report of the same configuration; predicted, never fitted
+  std::string memory_not_fitted;  // non-empty: why its peak_bytes is predicted and checked but not fitted
 
   // Optional detail (see the record above).
   std::optional<MemoryBreakdown> breakdown;

@@ -150,8 +150,11 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
       r.measured = measured_of(c.meas, q);
       r.predicted = predict(c, q, profile);
       r.lomo_predicted = r.loho_predicted = r.lobo_predicted = kNaN;
-      r.fitted = fitted_case(c);
-      r.note = c.meas.superseded_by.empty() ? "" : "superseded by " + c.meas.superseded_by;
+      const bool memory_checked = q == Quantity::PeakBytes && !c.meas.memory_not_fitted.empty();
+      r.fitted = fitted_case(c) && !memory_checked;
+      r.note = !c.meas.superseded_by.empty() ? "superseded by " + c.meas.superseded_by
+               : memory_checked              ? "checked, not fitted: " + c.meas.memory_not_fitted
+                                             : "";
       rep.rows.push_back(r);
       index.emplace_back(i, q);
     }

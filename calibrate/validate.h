@@ -28,8 +28,8 @@ struct ValidationRow {
   double lobo_predicted = 0;  // refitted without this row's context band (NaN: not refitted)
   double lobo_error() const { return lobo_predicted / measured - 1; }
   double error() const { return predicted / measured - 1; }
-  bool fitted = true;         // false: an older report of a configuration (predicted, left out of the summaries)
-  std::string note;           // superseded_by, or the measurement's notes
+  bool fitted = true;         // false: an older report, or a peak checked not fitted (left out of the summaries)
+  std::string note;           // superseded_by, or why the peak is not fitted
 };
 
 struct GroupError {

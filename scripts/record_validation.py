@@ -12,7 +12,7 @@ import datetime, json, os, subprocess, sys
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CORPUS = ["megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json",
           "megatron-moe-long-context-h100-runs.json"]
-LAYERS = "megatron-moe-layer-perf-h100-runs.json"  # one MoE layer's forward + backward: checked, not fitted
+LAYERS = "megatron-moe-layer-perf-h100-runs.json"  # one MoE layer's forward + backward: held case by case
 BEGIN, END = "<!-- validation-groups:begin -->", "<!-- validation-groups:end -->"
 LAYER_BEGIN, LAYER_END = "<!-- moe-layer-benchmarks:begin -->", "<!-- moe-layer-benchmarks:end -->"
 

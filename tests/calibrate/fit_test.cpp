@@ -1,7 +1,7 @@
 // The regularized fit: it recovers a coefficient from synthetic measurements, keeps coefficients the data cannot
 // identify at their priors (and says so) but not a prior the data reject at a flat optimum, shrinks hardware
 // overrides toward the shared value, refuses bad specs, and leave-one-group-out validation predicts a group it
-// never saw.
+// never saw; a peak that is checked and not fitted (memory_not_fitted) leaves the memory coefficients alone.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -162,6 +162,54 @@ TEST_F(Fixture, LeaveOneModelOutPredictsTheGroupLeftOut) {
   EXPECT_THROW(validate_profile(cs, {}, unfitted, priors, vo), UserError);
   vo.refit = false;
   EXPECT_FALSE(validate_profile(cs, {}, unfitted, priors, vo).refitted);
+}
+
+TEST_F(Fixture, APeakCheckedNotFittedLeavesTheMemoryCoefficientAlone) {
+  Calibration truth = priors;
+  truth.gemm_efficiency = 0.62;
+  truth.fragmentation = priors.fragmentation * 2;  // the peaks say the allocator wastes twice the prior
+  nlohmann::json runs = nlohmann::json::array();
+  for (int seq : {2048, 4096, 8192}) runs.push_back(run("s" + std::to_string(seq), "llama-3.1-8b", seq, "h100-sxm-80gb"));
+  auto cs = synthetic(runs, truth);
+  for (auto& c : cs) c.meas.peak_bytes = predict(c, Quantity::PeakBytes, truth);
+  FitOptions opt;
+  opt.spec.keys = {"time.gemm_efficiency", "memory.fragmentation"};
+  opt.spec.huber_delta = 0;
+  opt.spec.model_error = 0.01;
+  EXPECT_NEAR(fit_calibration(cs, priors, priors, opt).calibration.fragmentation, truth.fragmentation, 0.01);
+  for (auto& c : cs) c.meas.memory_not_fitted = "a benchmark whose buffers the estimate does not separate";
+  const Calibration checked = fit_calibration(cs, priors, priors, opt).calibration;
+  EXPECT_DOUBLE_EQ(checked.fragmentation, priors.fragmentation);
+  EXPECT_NEAR(checked.gemm_efficiency, 0.62, 0.01);  // the times are still fitted
+  ValidateOptions vo;
+  vo.refit = false;
+  for (const ValidationRow& row : validate_profile(cs, {}, checked, priors, vo).rows) {
+    EXPECT_EQ(row.fitted, row.quantity != Quantity::PeakBytes) << row.id;
+    if (row.quantity == Quantity::PeakBytes) EXPECT_EQ(row.note.rfind("checked, not fitted: ", 0), 0u) << row.note;
+  }
+}
+
+TEST_F(Fixture, AnImplementationsOverridesAreTheOnesItReads) {
+  // Megatron-Bridge runs Megatron-LM's kernels and reads its overrides (estimator/frameworks.cpp): a fit to Bridge
+  // runs moves "megatron", and writes no "megatron-bridge" entry that no estimate would read.
+  Calibration truth = priors;
+  truth.gemm_efficiency = 0.62;
+  nlohmann::json runs = nlohmann::json::array();
+  for (int seq : {2048, 4096, 8192}) {
+    runs.push_back(run("s" + std::to_string(seq), "llama-3.1-8b", seq, "h100-sxm-80gb"));
+    runs.back()["plan"]["implementation"] = "megatron-bridge";
+  }
+  const auto cs = synthetic(runs, truth);
+  FitOptions opt;
+  opt.spec.keys = {};
+  opt.spec.per_implementation = {"time.gemm_efficiency"};
+  opt.spec.huber_delta = 0;
+  opt.spec.model_error = 0.01;
+  const Calibration fitted = fit_calibration(cs, priors, priors, opt).calibration;
+  EXPECT_EQ(fitted.per_implementation.count("megatron-bridge"), 0u);
+  ASSERT_EQ(fitted.per_implementation.count("megatron"), 1u);
+  EXPECT_NEAR(fitted.per_implementation.at("megatron").at("time.gemm_efficiency").value, 0.62, 0.01);
+  EXPECT_NEAR(predict(cs[0], Quantity::TflopsPerGpu, fitted), cs[0].meas.tflops_per_gpu.value(), 0.01 * cs[0].meas.tflops_per_gpu.value());
 }
 
 }  // namespace

@@ -72,6 +72,13 @@ TEST(Measurement, SupersededNotModelledAndPeakStage) {
   const auto ms = measurements_from_json(nlohmann::json::array({j}), "runs.json");
   EXPECT_EQ(ms[0].superseded_by, "r2");
   EXPECT_EQ(*ms[0].peak_stage, 0);
+  auto c = good();
+  c["memory_not_fitted"] = "the dispatcher's buffers";  // a reason for a peak it does not have
+  EXPECT_NE(error_of(nlohmann::json::array({c})).find("has no peak_bytes"), std::string::npos);
+  c["peak_bytes"] = 5e10;
+  EXPECT_EQ(measurements_from_json(nlohmann::json::array({c}), "runs.json")[0].memory_not_fitted, "the dispatcher's buffers");
+  EXPECT_EQ(measurement_to_json(measurements_from_json(nlohmann::json::array({c}), "runs.json")[0])["memory_not_fitted"],
+            "the dispatcher's buffers");
   auto k = good();
   k["peak_stage"] = 3;  // the plan has pp 1
   EXPECT_NE(error_of(nlohmann::json::array({k})).find("pp - 1 = 0"), std::string::npos);
