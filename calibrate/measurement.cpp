@@ -185,17 +185,18 @@ Measurement measurement_from_json(const nlohmann::json& j, const std::string& wh
   if (j.contains("id") && j.at("id").is_string()) where += " (\"" + j.at("id").get<std::string>() + "\")";
   static const char* kKeys[] = {"id", "source", "plan", "scope", "peak_bytes", "step_seconds", "tflops_per_gpu",
                                 "notes", "status", "failure", "peak_reserved_bytes", "not_modelled", "superseded_by",
-                                "memory_not_fitted", "peak_stage", "breakdown", "peak_phase", "peak_rank", "phases", "ranks", "scale", "steps",
-                                "loss", "grad_norm", "per_step", "backend", "device", "host", "executor"};
+                                "memory_not_fitted", "peak_stage", "breakdown", "peak_phase", "peak_rank", "phases",
+                                "ranks", "scale", "steps", "loss", "grad_norm", "per_step", "backend", "device", "host",
+                                "executor"};
   for (const auto& [k, _] : j.items()) {
     bool ok = false;
     for (const char* a : kKeys) ok = ok || k == a;
     if (!ok)
       throw UserError(where + " has unknown field \"" + k +
                       "\" (valid: id, source, plan, scope, peak_bytes, step_seconds, tflops_per_gpu, notes, status, "
-                      "failure, peak_reserved_bytes, not_modelled, superseded_by, memory_not_fitted, peak_stage, breakdown, "
-                      "peak_phase, "
-                      "peak_rank, phases, ranks, scale, steps, loss, grad_norm, per_step, backend, device, host, executor)");
+                      "failure, peak_reserved_bytes, not_modelled, superseded_by, memory_not_fitted, peak_stage, "
+                      "breakdown, peak_phase, peak_rank, phases, ranks, scale, steps, loss, grad_norm, per_step, backend, "
+                      "device, host, executor)");
   }
   Measurement m;
   if (j.contains("id")) {

@@ -72,7 +72,9 @@ for i, pl in enumerate(plans[:12]):
 edge_meas = [[], {}, {"measurements": []}, {"measurements": [{}]}, [{"plan": ref}],
              [{"plan": ref, "peak_bytes": -1}], [{"plan": ref, "scope": "moe_layer", "peak_bytes": 1}],
              [{"plan": ref, "step_seconds": 1e309}], [{"id": 5, "plan": ref, "step_seconds": 1}],
-             [{"plan": ref, "step_seconds": 1, "source": {"nested": [1, 2]}}], [{"plan": ref, "tflops_per_gpu": 0}]]
+             [{"plan": ref, "step_seconds": 1, "source": {"nested": [1, 2]}}], [{"plan": ref, "tflops_per_gpu": 0}],
+             [{"plan": ref, "step_seconds": 1, "memory_not_fitted": "no peak"}],
+             [{"plan": ref, "peak_bytes": 1e9, "memory_not_fitted": 5}]]
 for i, m in enumerate(edge_meas):
     put("measurement", "edge-%02d" % i, m)
 # lcplan-exec records: the optional detail (breakdowns, phases, ranks, scale, steps) and broken variants of it.

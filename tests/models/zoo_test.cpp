@@ -51,11 +51,11 @@ std::string load_error(const std::string& what) {
   return "";
 }
 
-TEST(Zoo, HasTheFifteenModels) {
-  const std::vector<std::string> want = {"deepseek-v3", "glm-4.5", "gpt-oss-120b", "kimi-k2", "llama-3.1-405b",
-                                         "llama-3.1-70b", "llama-3.1-8b", "mixtral-8x22b", "mixtral-8x7b",
-                                         "moonlight-16b-a3b", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-next-80b-a3b",
-                                         "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"};
+TEST(Zoo, HasTheEighteenModels) {
+  const std::vector<std::string> want = {"deepseek-v3", "glm-4.5", "glm-4.5-air", "gpt-oss-120b", "gpt-oss-20b",
+                                         "kimi-k2", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "mixtral-8x22b",
+                                         "mixtral-8x7b", "moonlight-16b-a3b", "qwen2-57b-a14b", "qwen3-235b-a22b",
+                                         "qwen3-30b-a3b", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-397b-a17b"};
   EXPECT_EQ(zoo_names(data_root()), want);
 }
 
@@ -132,7 +132,7 @@ TEST(Zoo, LayerMixMatchesTheReference) {
   // Layer patterns stated in the reference (shared/reference/model-architectures.json).
   const std::vector<std::pair<std::string, std::string>> want = {
       {"qwen3.5-35b-a3b", "30 GDN + 10 attn"}, {"qwen3.5-397b-a17b", "45 GDN + 15 attn"},
-      {"qwen3-next-80b-a3b", "36 GDN + 12 attn"}, {"gpt-oss-120b", "18 SWA + 18 attn"},
+      {"qwen3-next-80b-a3b", "36 GDN + 12 attn"}, {"gpt-oss-120b", "18 SWA + 18 attn"}, {"gpt-oss-20b", "12 SWA + 12 attn"},
       {"deepseek-v3", "61 MLA"}, {"llama-3.1-405b", "126 attn"}};
   for (const auto& [name, mix] : want) EXPECT_EQ(layer_mix(load_model(name, data_root())), mix) << name;
   const ModelSpec ds = load_model("deepseek-v3", data_root());

@@ -145,5 +145,5 @@ TEST(Frameworks, TopPlanLaunchedAndReadBackPredictsTheSame) {
       ++compared;
     }
   }
-  EXPECT_GE(compared, 50);  // 15 models x 4 frameworks, less what lcplan-exec cannot run
+  EXPECT_GE(compared, 50);  // 18 models x 4 frameworks, less what lcplan-exec cannot run
 }
