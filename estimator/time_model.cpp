@@ -128,12 +128,21 @@ const LayerKind* moe_kind(const DerivedPlan& d) {
 }
 
 // One chunk's token exchange on the EP group: {forward dispatch, each of combine and the two backward exchanges}.
+// Groups (ranks or nodes holding E/g experts each) one token's k distinct experts reach on average:
+// g (1 - C(E - E/g, k) / C(E, k)), the experts drawn without replacement.
+double distinct_groups(double experts, double groups, double k) {
+  double none = 1;  // the chance a given group holds none of the token's experts
+  for (int i = 0; i < int(k); ++i) none *= std::max(0.0, experts - experts / groups - i) / (experts - i);
+  return groups * (1 - none);
+}
+
 // Per chunk one call: its fixed cost (DeepEP-style launch and layout, FSMoE's alpha) plus bytes. The alltoall
 // dispatcher sends every routed copy in bf16. DeepEP (and HybridEP) send the forward dispatch in the GEMM input
-// format and, across nodes, each token once per destination node (forwarded inside the node over NVLink): with top_k
-// experts spread evenly over N nodes a token reaches N (1 - (1 - 1/N)^k) distinct nodes on average, of which a share
-// (N-1)/N is remote. The allgather dispatcher gathers every rank's tokens and reduce-scatters the outputs back
-// (Megatron-LM token_dispatcher.py MoEAllGatherTokenDispatcher), whatever the routing.
+// format and each token once per destination rank (the receiver expands it to its local experts and sums their
+// outputs before the combine: DeepEP get_dispatch_layout is_token_in_rank), and across nodes once per destination
+// node (forwarded inside the node over NVLink), of which a share (N-1)/N is remote. The allgather dispatcher gathers
+// every rank's tokens and reduce-scatters the outputs back (Megatron-LM token_dispatcher.py
+// MoEAllGatherTokenDispatcher), whatever the routing.
 std::pair<double, double> dispatch_seconds(const DerivedPlan& d, const KernelRates& rate, double copies, int n) {
   if (d.ep.size <= 1) return {0, 0};
   const Plan& p = *d.plan;
@@ -145,14 +154,16 @@ std::pair<double, double> dispatch_seconds(const DerivedPlan& d, const KernelRat
     return {t, t};
   }
   const bool dedup = deduplicating(p.moe.dispatcher);
-  const double nodes = d.ep.nodes, k = d.model->moe.top_k;
+  const double nodes = d.ep.nodes, k = d.model->moe.top_k, experts = d.model->moe.num_experts;
   const double remote_per_copy =
-      nodes > 1 ? (dedup ? nodes * (1 - std::pow(1 - 1 / nodes, k)) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
+      nodes > 1 ? (dedup ? distinct_groups(experts, nodes, k) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
+  const double sent_per_copy = dedup ? distinct_groups(experts, d.ep.size, k) / k : 1.0;  // copies that cross NVLink
   auto a2a_of = [&](double bytes_per_element) {
     const double bytes = copies / n * h * bytes_per_element;
     const double nvl = rate.hw.nvlink_bandwidth * cal.a2a_nvlink_efficiency;
-    if (nodes <= 1) return cal.a2a_latency + cal.nvlink_latency + bytes * (d.ep.size - 1) / d.ep.size / nvl;
-    const double off_node = bytes * remote_per_copy, on_node = bytes * (d.ep.size - 1) / d.ep.size - bytes * (nodes - 1) / nodes;
+    if (nodes <= 1) return cal.a2a_latency + cal.nvlink_latency + bytes * sent_per_copy * (d.ep.size - 1) / d.ep.size / nvl;
+    const double off_node = bytes * remote_per_copy;
+    const double on_node = sent_per_copy * (bytes * (d.ep.size - 1) / d.ep.size - bytes * (nodes - 1) / nodes);
     return cal.a2a_latency + cal.network_latency + std::max(off_node / (rate.hw.network_bandwidth * cal.a2a_network_efficiency),
                                                             std::max(on_node, 0.0) / nvl);
   };
@@ -190,7 +201,11 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   const double routed_act = rate.memory_bound(kBf16 * tr.routed_act / etp * copies);
   // Permutation before dispatch and weighted unpermutation after combine: memory-bound passes over the copies, more of
   // them without fused permutation (--moe-permute-fusion).
-  const double passes = cal.moe_permute_passes + (rate.sw.permute_fusion ? 0.0 : cal.unfused_permute_passes);
+  // The alltoall dispatcher also sorts what it receives by local expert and unsorts it before the combine (a read and
+  // a write each) when a rank holds more than one expert (Megatron-LM token_dispatcher.py sort_chunks_by_idxs).
+  const int local_experts = e.num_experts / d.ep.size;
+  const double sorts = d.plan->moe.dispatcher == MoeDispatcher::AllToAll && d.ep.size > 1 && local_experts > 1 ? 4 : 0;
+  const double passes = cal.moe_permute_passes + sorts + (rate.sw.permute_fusion ? 0.0 : cal.unfused_permute_passes);
   const double permute = rate.memory_bound(passes * copies * h * kBf16) / 2;
   // Per layer forward, dropless routing needs the token counts on the host to size its buffers (a count exchange +
   // device-to-host sync); token dropping with padding has static shapes and skips it, as a captured graph does.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "estimator/calibration.h"
+#include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 #include "estimator/plan_rules.h"
 #include "estimator/time_model.h"
@@ -200,6 +201,26 @@ TEST_F(Fixture, ChunkedEpHidesAllToAll) {
   const TimeEstimate two = estimate_time(m, p, hw, cal);
   EXPECT_LT(two.breakdown.exposed_comm.ep, one.breakdown.exposed_comm.ep);
   EXPECT_GT(two.tflops_per_gpu, one.tflops_per_gpu);
+}
+
+// Inside one node the alltoall dispatcher sends every routed copy and sorts what it receives by local expert; DeepEP
+// and HybridEP send a token once per destination rank and do not sort. With one expert per rank (Mixtral at EP 8) a
+// token's two experts are on two ranks and nothing is sorted: the three cost the same; with 32 experts per rank
+// (Qwen3.5 at EP 8) the flex dispatchers move fewer bytes and passes.
+TEST_F(Fixture, DispatchersMoveWhatTheySend) {
+  auto layer = [&](const std::string& model, MoeDispatcher disp) {
+    Plan p;
+    p.model = model;
+    p.gpus = 8;
+    p.seq_len = 8192;
+    p.parallel.ep = 8;
+    p.moe.dispatcher = disp;
+    const MoeLayerTime t = moe_layer_time(derive_plan(load_model(model, data_dir()), p, hw), hw, cal);
+    return t.forward + t.backward;
+  };
+  EXPECT_NEAR(layer("mixtral-8x7b", MoeDispatcher::DeepEP), layer("mixtral-8x7b", MoeDispatcher::AllToAll), 1e-12);
+  EXPECT_NEAR(layer("mixtral-8x7b", MoeDispatcher::HybridEP), layer("mixtral-8x7b", MoeDispatcher::AllToAll), 1e-12);
+  EXPECT_LT(layer("qwen3.5-35b-a3b", MoeDispatcher::DeepEP), 0.97 * layer("qwen3.5-35b-a3b", MoeDispatcher::AllToAll));
 }
 
 TEST_F(Fixture, ShortLocalSequencesPayTheLaunchFloor) {
