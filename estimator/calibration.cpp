@@ -32,6 +32,7 @@ const std::vector<CoefficientInfo>& coefficient_table() {
       {"time.attention_efficiency", &Calibration::attention_efficiency, "flash attention fwd+bwd: fraction of bf16 peak at long sequences", true, 0.05, 1.0},
       {"time.attention_half_seq", &Calibration::attention_half_seq, "local sequence at half attention efficiency", true, 0, 65536},
       {"time.attention_wide_head_backward", &Calibration::attention_wide_head_backward, "flash attention backward rate at head dim 256 relative to 128", true, 0.2, 1.0},
+      {"time.attention_causal_ratio", &Calibration::attention_causal_ratio, "flash attention rate under a causal mask relative to no mask", true, 0.5, 1.0},
       {"time.linear_attention_efficiency", &Calibration::linear_attention_efficiency, "gated DeltaNet kernels: fraction of bf16 peak", true, 0.01, 1.0},
       {"time.fp8_gemm_ratio", &Calibration::fp8_gemm_ratio, "fp8 GEMM efficiency (at the fp8 peak) relative to bf16's", true, 0.3, 1.2},
       {"time.mxfp8_gemm_ratio", &Calibration::mxfp8_gemm_ratio, "mxfp8 GEMM efficiency (at the fp8 peak) relative to bf16's", true, 0.3, 1.2},

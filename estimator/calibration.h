@@ -70,6 +70,7 @@ struct Calibration {
   double attention_efficiency = 0;         // flash attention fwd+bwd: fraction of bf16 peak at long sequences, head dim 128
   double attention_half_seq = 0;           // local sequence at half attention efficiency
   double attention_wide_head_backward = 1;  // flash attention backward rate at head dim 256 relative to 128
+  double attention_causal_ratio = 1;        // flash attention's rate under a causal mask relative to no mask
   double linear_attention_efficiency = 0;  // gated DeltaNet chunked kernels: fraction of bf16 peak
   double linear_ce_slowdown = 0;           // loss layer time with linear CE / with materialized logits
   double hbm_efficiency = 0;               // memory-bound kernels: fraction of HBM bandwidth

@@ -101,6 +101,7 @@ struct DerivedPlan {
   double sequence_share = 0;    // this rank's share of one sequence's token work before TP: micro_batch / cp
   bool packed = false;          // the microbatch is packed from sequences of Plan::packed_lengths (THD)
   double attention_seq = 0;     // local sequence flash attention runs at: seq / cp; packed: sum L_i^2 / sum L_i / cp
+  double causal_share = 1;      // share of this rank's attention FLOPs whose kernels run under a causal mask
   double cp_split_tokens = 0;   // local tokens of sequences split over CP ranks (their K/V is exchanged): local_tokens,
                                 // less under hybrid CP (Plan::packed_splits: whole sequences exchange nothing)
   bool sequence_parallel = false;

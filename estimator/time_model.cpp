@@ -96,9 +96,13 @@ struct KernelRates {
     return flops / (gemm_peak * grouped_scale *
                     efficiency_curve(cal.grouped_gemm_efficiency, cal.grouped_gemm_half_tokens, tokens_per_expert));
   }
-  double attention(double flops, double local_seq, double head_dim) const {
-    return flops / (hw.peak_bf16_flops * attention_rate * attention_head_dim_factor(head_dim) *
-                    efficiency_curve(cal.attention_efficiency, cal.attention_half_seq, local_seq));
+  // attention_efficiency is the causal kernel's rate (every unsplit sequence's); unmasked kernels run faster by
+  // 1 / attention_causal_ratio (cuDNN and FlashAttention-3, arXiv 2407.08608 figures 5-7).
+  double attention(double flops, double local_seq, double head_dim, double causal_share) const {
+    const double unmasked = (1 - causal_share) * cal.attention_causal_ratio;
+    return flops * (causal_share + unmasked) /
+           (hw.peak_bf16_flops * attention_rate * attention_head_dim_factor(head_dim) *
+            efficiency_curve(cal.attention_efficiency, cal.attention_half_seq, local_seq));
   }
   // Quantizing `elements` GEMM inputs/outputs (memory-bound; 0 in bf16).
   double quantize(double elements) const { return memory_bound(quantize_bytes * elements); }
@@ -357,7 +361,7 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   if (lf.attn_core > 0) {
     const double head_dim = kind.spec.mixer == MixerKind::MLA ? double(m.mla.qk_nope_head_dim) + m.mla.qk_rope_head_dim
                                                               : m.attn.head_dim;
-    core_fwd = rate.attention(lf.attn_core * share, d.attention_seq, head_dim);
+    core_fwd = rate.attention(lf.attn_core * share, d.attention_seq, head_dim, d.causal_share);
     core_bwd = attention_backward_units(head_dim, rate.cal) * core_fwd;
   } else if (lf.linear_core > 0) {
     core_fwd = rate.linear_attention(lf.linear_core * share);

@@ -20,6 +20,7 @@ names=(megatron-bridge-h100-runs.json megatron-bridge-blackwell-runs.json bumble
 # Shared (base) coefficients: kernel efficiencies by class and precision, host costs, overlaps.
 fit=time.gemm_efficiency,time.grouped_gemm_efficiency,time.fp8_gemm_ratio,time.mxfp8_gemm_ratio,time.nvfp4_gemm_ratio
 fit+=,time.fp8_grouped_gemm_ratio,time.mxfp8_grouped_gemm_ratio,time.attention_efficiency,time.linear_attention_efficiency
+fit+=,time.attention_wide_head_backward
 fit+=,time.launch_seconds,time.step_overhead_seconds,time.a2a_network_efficiency,time.tp_overlap,time.dp_overlap
 fit+=,time.ep_overlap
 # Per hardware profile: the GEMM efficiencies (shrunk toward the shared value).

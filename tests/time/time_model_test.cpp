@@ -159,6 +159,36 @@ TEST_F(Fixture, WideHeadsSlowOnlyTheAttentionBackward) {
   }
 }
 
+TEST_F(Fixture, ARingOfCpRanksRunsMostAttentionUnmasked) {
+  // TransformerEngine's load-balanced K/V ring runs a rank's own chunks under the causal mask and the cp - 1 received
+  // ones without it, 1/cp of the FLOPs each; unmasked kernels run 1 / attention_causal_ratio faster. a2a (Ulysses) and
+  // all_gather run causal kernels over what they gather; a2a+p2p rings over cp / cp_a2a_size.
+  ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.gpus = 8;
+  p.seq_len = 131072;
+  p.parallel.cp = 8;
+  Calibration masked = cal, plain = cal;
+  masked.attention_causal_ratio = 0.8;
+  plain.attention_causal_ratio = 1.0;
+  const std::pair<CpComm, double> cases[] = {
+      {CpComm::P2P, 1.0 / 8}, {CpComm::AllGather, 1.0}, {CpComm::A2A, 1.0}, {CpComm::A2AP2P, 2.0 / 8}};
+  for (const auto& [type, causal] : cases) {
+    p.comm.cp = type;
+    p.comm.cp_a2a_size = type == CpComm::A2AP2P ? 2 : 1;
+    EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, causal) << to_string(type);
+    const double at_masked = estimate_time(llama, p, hw, masked).breakdown.compute_attention;
+    const double at_plain = estimate_time(llama, p, hw, plain).breakdown.compute_attention;
+    ASSERT_GT(at_plain, 0);
+    EXPECT_NEAR(at_masked / at_plain, causal + (1 - causal) * 0.8, 1e-9) << to_string(type);
+  }
+  p.parallel.cp = 1;  // one rank: every kernel causal, the ratio moves nothing
+  EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, 1.0);
+  EXPECT_DOUBLE_EQ(estimate_time(llama, p, hw, masked).breakdown.compute_attention,
+                   estimate_time(llama, p, hw, plain).breakdown.compute_attention);
+}
+
 TEST_F(Fixture, FullRecomputeAddsAForwardButNotModelFlops) {
   Plan p = qwen_plan();
   // Qwen3.5's head dim 256 backward at its head-dim-128 rate, so that every backward costs 2-2.5 forwards.
