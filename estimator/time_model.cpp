@@ -60,6 +60,28 @@ double collective_seconds(Collective c, double bytes, int n, LinkTier tier, int 
   return 0;
 }
 
+// Groups (ranks or nodes holding E/g experts each) one token's k distinct experts reach on average:
+// g (1 - C(E - E/g, k) / C(E, k)), the experts drawn without replacement.
+double distinct_groups(double experts, double groups, double k) {
+  double none = 1;  // the chance a given group holds none of the token's experts
+  for (int i = 0; i < int(k); ++i) none *= std::max(0.0, experts - experts / groups - i) / (experts - i);
+  return groups * (1 - none);
+}
+
+// Bins (ranks or nodes, E/R contiguous experts each) one token reaches. Group-limited routing (DeepSeek-V3: the
+// top topk_group of n_group contiguous expert groups, then top-k inside them; Megatron-LM router.py group_limited_topk)
+// draws the k experts from topk_group * E / n_group; with bins no wider than a group the chosen groups span
+// topk_group * R / n_group bins, else the groups chosen land on distinct_groups(n_group, R, topk_group) bins.
+double bins_reached(const MoeSpec& e, double bins) {
+  const double experts = e.num_experts, k = e.top_k;
+  const int g = e.n_group, t = e.topk_group, r = int(bins);
+  if (e.router != RouterKind::SigmoidGroupLimited || g <= 1 || t >= g || r < 1) return distinct_groups(experts, bins, k);
+  const double candidates = double(t) * experts / g;
+  if (r % g == 0) return distinct_groups(candidates, double(t) * r / g, k);
+  if (g % r == 0) return distinct_groups(candidates, distinct_groups(g, bins, t), k);
+  return distinct_groups(experts, bins, k);  // groups and bins do not align: the unrestricted count
+}
+
 namespace {
 
 // Seconds for a given amount of work on this hardware under this calibration, by kernel class.
@@ -132,14 +154,6 @@ const LayerKind* moe_kind(const DerivedPlan& d) {
 }
 
 // One chunk's token exchange on the EP group: {forward dispatch, each of combine and the two backward exchanges}.
-// Groups (ranks or nodes holding E/g experts each) one token's k distinct experts reach on average:
-// g (1 - C(E - E/g, k) / C(E, k)), the experts drawn without replacement.
-double distinct_groups(double experts, double groups, double k) {
-  double none = 1;  // the chance a given group holds none of the token's experts
-  for (int i = 0; i < int(k); ++i) none *= std::max(0.0, experts - experts / groups - i) / (experts - i);
-  return groups * (1 - none);
-}
-
 // Per chunk one call: its fixed cost (DeepEP-style launch and layout, FSMoE's alpha) plus bytes. The alltoall
 // dispatcher sends every routed copy in bf16. DeepEP (and HybridEP) send the forward dispatch in the GEMM input
 // format and each token once per destination rank (the receiver expands it to its local experts and sums their
@@ -158,10 +172,11 @@ std::pair<double, double> dispatch_seconds(const DerivedPlan& d, const KernelRat
     return {t, t};
   }
   const bool dedup = deduplicating(p.moe.dispatcher);
-  const double nodes = d.ep.nodes, k = d.model->moe.top_k, experts = d.model->moe.num_experts;
+  const MoeSpec& e = d.model->moe;
+  const double nodes = d.ep.nodes, k = e.top_k;
   const double remote_per_copy =
-      nodes > 1 ? (dedup ? distinct_groups(experts, nodes, k) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
-  const double sent_per_copy = dedup ? distinct_groups(experts, d.ep.size, k) / k : 1.0;  // copies that cross NVLink
+      nodes > 1 ? (dedup ? bins_reached(e, nodes) * (nodes - 1) / nodes / k : (nodes - 1) / nodes) : 0;
+  const double sent_per_copy = dedup ? bins_reached(e, d.ep.size) / k : 1.0;  // copies that cross NVLink
   auto a2a_of = [&](double bytes_per_element) {
     const double bytes = copies / n * h * bytes_per_element;
     const double nvl = rate.hw.nvlink_bandwidth * cal.a2a_nvlink_efficiency;

@@ -253,6 +253,43 @@ TEST_F(Fixture, DispatchersMoveWhatTheySend) {
   EXPECT_LT(layer("qwen3.5-35b-a3b", MoeDispatcher::DeepEP), 0.97 * layer("qwen3.5-35b-a3b", MoeDispatcher::AllToAll));
 }
 
+TEST_F(Fixture, GroupLimitedRoutingReachesFewerNodes) {
+  // DeepSeek-V3 routes each token to its top 4 of 8 expert groups, then its top 8 experts inside them: over 8 nodes
+  // (a group each) at most 4 nodes, 4 (1 - C(96, 8) / C(128, 8)) on average, against 8 (1 - C(224, 8) / C(256, 8))
+  // without the limit; over 64 ranks (8 per group), 32 ranks of 4 experts each hold the 128 candidates.
+  const ModelSpec ds = load_model("deepseek-v3", data_dir());
+  ASSERT_EQ(ds.moe.router, RouterKind::SigmoidGroupLimited);
+  auto none = [](double e, double bins, double k) {  // chance a bin holds none of k experts drawn from e
+    double q = 1;
+    for (int i = 0; i < int(k); ++i) q *= (e - e / bins - i) / (e - i);
+    return bins * (1 - q);
+  };
+  EXPECT_NEAR(bins_reached(ds.moe, 8), none(128, 4, 8), 1e-12);
+  EXPECT_NEAR(bins_reached(ds.moe, 64), none(128, 32, 8), 1e-12);
+  EXPECT_NEAR(bins_reached(ds.moe, 4), none(128, none(8, 4, 4), 8), 1e-12);  // two groups per node
+  EXPECT_LT(bins_reached(ds.moe, 8), 4.0);
+  EXPECT_NEAR(distinct_groups(256, 8, 8), none(256, 8, 8), 1e-12);
+  MoeSpec plain = ds.moe;
+  plain.router = RouterKind::SoftmaxTopK;
+  EXPECT_NEAR(bins_reached(plain, 8), distinct_groups(256, 8, 8), 1e-12);
+  // DeepEP sends a token once per node across nodes, so the limit shortens its dispatch; the alltoall dispatcher
+  // sends every copy whatever the routing.
+  auto layer = [&](const ModelSpec& m, MoeDispatcher disp) {
+    Plan p;
+    p.model = "deepseek-v3";
+    p.gpus = 64;
+    p.seq_len = 4096;
+    p.parallel.ep = 64;
+    p.moe.dispatcher = disp;
+    const MoeLayerTime t = moe_layer_time(derive_plan(m, p, hw), hw, cal);
+    return t.forward + t.backward;
+  };
+  ModelSpec unlimited = ds;
+  unlimited.moe.router = RouterKind::SoftmaxTopK;
+  EXPECT_LT(layer(ds, MoeDispatcher::DeepEP), layer(unlimited, MoeDispatcher::DeepEP));
+  EXPECT_DOUBLE_EQ(layer(ds, MoeDispatcher::AllToAll), layer(unlimited, MoeDispatcher::AllToAll));
+}
+
 TEST_F(Fixture, ShortLocalSequencesPayTheLaunchFloor) {
   Plan p = qwen_plan();
   p.recompute = Recompute::None;
