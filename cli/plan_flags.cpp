@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cmath>
+#include <string_view>
 
 #include "common/data_dir.h"
 #include "common/json_file.h"
@@ -16,9 +17,13 @@ namespace {
 // The run settings' flags, one per flag row that has one (search/megatron_flags.h: the row that reads and emits the
 // field's Megatron flags gives its lcplan flag too). Left out, a setting takes the implementation's default, which
 // `estimate` names on its "defaults assumed" line.
+// A switch ("on or off") given bare means on.
 void add_run_setting_flags(CLI::App* c, PlanFlags& f) {
   for (const MegatronRow& row : megatron_rows())
-    for (const LcplanFlag& flag : row.lcplan) c->add_option(flag.name, f.run_settings[flag.name], flag.help);
+    for (const LcplanFlag& flag : row.lcplan) {
+      CLI::Option* o = c->add_option(flag.name, f.run_settings[flag.name], flag.help);
+      if (std::string_view(flag.help).starts_with("on or off")) o->expected(0, 1)->default_str("on");
+    }
 }
 
 }  // namespace

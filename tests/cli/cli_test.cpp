@@ -453,6 +453,16 @@ TEST(GoodInvocation, RunSettingFlagOverridesAMegatronLaunch) {
   EXPECT_EQ(plan.at("optimizer").at("precision_aware"), true);
 }
 
+// An on/off switch given bare is on; given a value, that value.
+TEST(GoodInvocation, ASwitchGivenBareIsOn) {
+  const Outcome r = run_lcplan({"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--seq", "4k", "--ep", "8",
+                                "--capacity-factor", "1", "--pad-to-capacity", "--permute-fusion", "off", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto moe = nlohmann::json::parse(r.out).at("plan").at("moe");
+  EXPECT_EQ(moe.at("pad_to_capacity"), true);
+  EXPECT_EQ(moe.at("permute_fusion"), false);
+}
+
 // Variable-length batches: the fullest microbatch's table, then the batches' peak percentiles and straggler.
 TEST(GoodInvocation, EstimateOverSequenceLengths) {
   const fs::path lengths = scratch() / "lengths_good.txt";
