@@ -85,6 +85,11 @@ LaunchShares graph_launch_shares(const Plan& p, const Calibration& cal) {
   if (g.impl == GraphImpl::None) return s;
   // A captured graph replays its kernels without their host launches (CUDA graphs; Megatron-Bridge
   // docs/training/cuda-graphs.md: "removes per-kernel host launch and driver overhead").
+  // A full-iteration graph replays the whole forward-backward schedule, its data and loss handling included
+  // (Megatron-LM full_cuda_graph.py; it needs --no-check-for-nan-in-loss-and-grad, so no per-microbatch sync is
+  // left): the fixed host time per step goes with it; the optimizer step stays eager and is costed by its bytes.
+  // Issue 27 reports such runs (gpt-oss-20b on GB300) whose whole measured step is under the fitted fixed cost.
+  if (g.impl == GraphImpl::FullIteration) s.step_host = 0;
   if (g.impl == GraphImpl::FullIteration || g.modules == 0) {
     s.dense_layer = s.moe_layer = 0;
     if (g.impl == GraphImpl::FullIteration || static_moe) s.moe_chunk = 0, s.sync = false;

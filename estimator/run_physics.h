@@ -37,6 +37,7 @@ struct LaunchShares {
   double moe_layer = 1;    // a MoE layer's non-MoE kernels (attention)
   double moe_chunk = 1;    // a MoE chunk's kernels
   bool sync = true;        // the dropless host sync stays (not captured)
+  double step_host = 1;    // the eager step's fixed host work around the passes (step_overhead_seconds)
 };
 LaunchShares graph_launch_shares(const Plan& p, const Calibration& cal);
 

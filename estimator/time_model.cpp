@@ -757,7 +757,7 @@ Pipeline pipeline(const DerivedPlan& d, const Calibration& cal, const StageCosts
   br.exposed_comm.pp = mb * costs.pp_per_microbatch;
   // Bubble (p-1)/(m*v) of the m microbatches' time (Narayanan et al. 2021, arXiv 2104.04473, section 2.2).
   br.bubble = double(q.pp - 1) / q.vpp * (c.total() + costs.pp_per_microbatch);
-  br.step_overhead = cal.step_overhead_seconds;
+  br.step_overhead = cal.step_overhead_seconds * graph_launch_shares(*d.plan, cal).step_host;
   return pl;
 }
 

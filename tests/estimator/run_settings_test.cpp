@@ -114,6 +114,11 @@ TEST_F(Zoo, FullIterationGraphsRemoveTheLaunchTerm) {
   const TimeEstimate full = time(m, p);
   EXPECT_EQ(full.breakdown.launch_overhead, 0);
   EXPECT_LT(full.step_seconds, eager.step_seconds);
+  // The eager step's fixed host time goes with the graph; module graphs leave it; the optimizer step stays.
+  EXPECT_GT(eager.breakdown.step_overhead, 0);
+  EXPECT_EQ(attn.breakdown.step_overhead, eager.breakdown.step_overhead);
+  EXPECT_EQ(full.breakdown.step_overhead, 0);
+  EXPECT_DOUBLE_EQ(full.breakdown.optimizer, eager.breakdown.optimizer);
   // Static input buffers stay resident: one hidden-sized input per captured module and layer.
   const double eager_ws = memory(m, zoo_plan("qwen3-30b-a3b", 8, 4096)).stages[0].breakdown.workspace;
   EXPECT_GT(memory(m, p).stages[0].breakdown.workspace, eager_ws);
