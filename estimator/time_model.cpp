@@ -557,6 +557,15 @@ TimeEstimate estimate_time(const ModelSpec& m, const Plan& p, const Hardware& hw
 
 namespace {
 
+// Gradient clipping over `shard` local parameters (Megatron-LM clip_grads.py, on by default with --clip-grad 1.0):
+// multi_tensor_l2norm reads each fp32 main gradient and multi_tensor_scale reads and writes it, 12 bytes a parameter,
+// and the norm and the logged loss are each all-reduced over every rank (latency-bound scalars).
+double grad_clip_seconds(const DerivedPlan& d, const KernelRates& rate, double shard) {
+  const bool across_nodes = d.plan->gpus > d.gpus_per_node;
+  const double scalar = across_nodes ? rate.cal.network_latency : rate.cal.nvlink_latency;
+  return rate.memory_bound(3 * 4.0 * shard) + (d.plan->gpus > 1 ? 2 * scalar : 0.0);
+}
+
 // What a stage does after its passes (DP / FSDP collectives, optimizer step, offload), seconds per step.
 struct After {
   double dp_exposed = 0, hidden_fwd = 0, hidden_bwd = 0;  // hidden under compute (slowed by interference)
@@ -630,7 +639,7 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
     const double shard = p.optimizer_sharding == OptimizerSharding::None
                              ? dense + expert
                              : dense / std::max(1, d.dp_cp.size) + expert / std::max(1, d.edp_group.size);
-    a.optimizer = optimizer_step_seconds(p, rate, shard, host_bw);
+    a.optimizer = optimizer_step_seconds(p, rate, shard, host_bw) + grad_clip_seconds(d, rate, shard);
     if (!saved.empty()) {
       // Saved activations go to the host after each layer's forward and come back for its backward; the copy
       // engines run beside the microbatches' spans and idle, so only what exceeds that is exposed. The cover is

@@ -7,6 +7,7 @@
 #include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
 #include "estimator/plan_rules.h"
+#include "estimator/run_physics.h"
 #include "estimator/time_model.h"
 #include "common/data_dir.h"
 #include "models/zoo.h"
@@ -288,6 +289,22 @@ TEST_F(Fixture, GroupLimitedRoutingReachesFewerNodes) {
   unlimited.moe.router = RouterKind::SoftmaxTopK;
   EXPECT_LT(layer(ds, MoeDispatcher::DeepEP), layer(unlimited, MoeDispatcher::DeepEP));
   EXPECT_DOUBLE_EQ(layer(ds, MoeDispatcher::AllToAll), layer(unlimited, MoeDispatcher::AllToAll));
+}
+
+TEST_F(Fixture, TheOptimizerStepScalesWithItsShard) {
+  // Adam's bytes and gradient clipping's 12 (norm read, scale read and write of each fp32 main gradient) per
+  // parameter of the rank's distributed-optimizer shard, memory-bound, plus two scalar all-reduces over every rank.
+  const ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.gpus = 8;
+  p.seq_len = 8192;
+  p.optimizer_sharding = OptimizerSharding::DistOpt;
+  const DerivedPlan d = derive_plan(llama, p, hw);
+  const double shard = (d.stages[0].params.dense + d.stages[0].params.expert) / 8;
+  const double bytes = (optimizer_step_bytes_per_param(p, cal) + 12) * shard;
+  const double expected = bytes / (hw.hbm_bandwidth * cal.hbm_efficiency) + 2 * cal.nvlink_latency;
+  EXPECT_NEAR(estimate_time(llama, p, hw, cal).breakdown.optimizer, expected, 1e-12);
 }
 
 TEST_F(Fixture, ShortLocalSequencesPayTheLaunchFloor) {
