@@ -148,6 +148,7 @@ Capabilities bumblebee_capabilities() {
 Capabilities lcplan_exec_capabilities() {
   Capabilities c;
   c.chunked_ep = c.linear_ce = true;
+  c.clips_gradients = false;  // Adam without clipping; the step reports the gradient norm (executor/README.md)
   c.packed_sequences = true;  // THD segments, each split over CP by itself (no packed_splits: its limits say so)
   c.recompute_modules = kLegacySelectiveModules;
   c.exact_recompute_set = true;
@@ -202,6 +203,7 @@ EffectiveSwitches effective_switches(const Plan& p) {
     s.fsdp_gather = s.fsdp_gather || !f->can.dp_overlap;
     s.tp_overlap = s.tp_overlap && f->can.tp_overlap;
     s.permute_fusion = s.permute_fusion || !f->can.unfused_permute;
+    s.clip_gradients = f->can.clips_gradients;
   }
   return s;
 }

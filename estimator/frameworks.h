@@ -41,6 +41,7 @@ struct Capabilities {
   uint8_t graph_impls = 0;          // 1 << GraphImpl
   uint8_t cp_comms = 0;             // 1 << CpComm
   uint8_t router_dtypes = 0;        // 1 << Dtype
+  bool clips_gradients = true;      // scales gradients to a global norm every step (else computes the norm only)
   const char* linear_ce_note = "";  // which versions run linear CE ("" = all)
   // The framework's own limits and requirements on a model and plan ("" = runs): lcplan-exec's kernels, Megatron-LM's
   // argument checks between settings.
@@ -91,6 +92,7 @@ struct EffectiveSwitches {
   bool overlap_grad_reduce, overlap_param_gather;  // distributed optimizer / no sharding
   bool fsdp_reduce, fsdp_gather;                   // FSDP
   bool tp_overlap, permute_fusion;
+  bool clip_gradients = true;                      // Capabilities::clips_gradients
 };
 EffectiveSwitches effective_switches(const Plan& p);
 

@@ -559,11 +559,13 @@ namespace {
 
 // Gradient clipping over `shard` local parameters (Megatron-LM clip_grads.py, on by default with --clip-grad 1.0):
 // multi_tensor_l2norm reads each fp32 main gradient and multi_tensor_scale reads and writes it, 12 bytes a parameter,
-// and the norm and the logged loss are each all-reduced over every rank (latency-bound scalars).
+// and the norm and the logged loss are each all-reduced over every rank (latency-bound scalars). A framework that
+// does not clip reads the gradients for the norm it reports and sums it with the loss in one all-reduce.
 double grad_clip_seconds(const DerivedPlan& d, const KernelRates& rate, double shard) {
+  const bool clips = rate.sw.clip_gradients;
   const bool across_nodes = d.plan->gpus > d.gpus_per_node;
   const double scalar = across_nodes ? rate.cal.network_latency : rate.cal.nvlink_latency;
-  return rate.memory_bound(3 * 4.0 * shard) + (d.plan->gpus > 1 ? 2 * scalar : 0.0);
+  return rate.memory_bound((clips ? 3 : 1) * 4.0 * shard) + (d.plan->gpus > 1 ? (clips ? 2 : 1) * scalar : 0.0);
 }
 
 // What a stage does after its passes (DP / FSDP collectives, optimizer step, offload), seconds per step.

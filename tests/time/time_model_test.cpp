@@ -305,6 +305,11 @@ TEST_F(Fixture, TheOptimizerStepScalesWithItsShard) {
   const double bytes = (optimizer_step_bytes_per_param(p, cal) + 12) * shard;
   const double expected = bytes / (hw.hbm_bandwidth * cal.hbm_efficiency) + 2 * cal.nvlink_latency;
   EXPECT_NEAR(estimate_time(llama, p, hw, cal).breakdown.optimizer, expected, 1e-12);
+  // lcplan-exec does not clip: it reads the gradients once for the norm it reports, summed with the loss in one
+  // all-reduce.
+  p.implementation = "lcplan-exec";
+  const double unclipped = (optimizer_step_bytes_per_param(p, cal) + 4) * shard / (hw.hbm_bandwidth * cal.hbm_efficiency);
+  EXPECT_NEAR(estimate_time(llama, p, hw, cal).breakdown.optimizer, unclipped + cal.nvlink_latency, 1e-12);
 }
 
 TEST_F(Fixture, ShortLocalSequencesPayTheLaunchFloor) {
