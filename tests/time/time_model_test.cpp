@@ -28,10 +28,25 @@ Plan qwen_plan() {
   return p;
 }
 
+// Llama-3.1-8B on 8 GPUs, one sequence per GPU, everything else at its default.
+Plan llama_plan(int64_t seq) {
+  Plan p;
+  p.model = "llama-3.1-8b";
+  p.gpus = 8;
+  p.seq_len = seq;
+  return p;
+}
+
 struct Fixture : ::testing::Test {
   ModelSpec m = load_model("qwen3.5-35b-a3b", data_dir());
   Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
   Calibration cal = load_calibration("priors", data_dir());
+  // The plan's attention time under one calibration over another's.
+  double attention_ratio(const ModelSpec& m, const Plan& p, const Calibration& a, const Calibration& b) const {
+    const double under_b = estimate_time(m, p, hw, b).breakdown.compute_attention;
+    EXPECT_GT(under_b, 0);
+    return estimate_time(m, p, hw, a).breakdown.compute_attention / under_b;
+  }
 };
 
 TEST_F(Fixture, TierFlipsFromNvlinkToNetworkWhenAGroupSpansNodes) {
@@ -144,19 +159,13 @@ TEST_F(Fixture, WideHeadsSlowOnlyTheAttentionBackward) {
   // Flash attention's backward (2.5x the forward's FLOPs) runs at calibration.attention_wide_head_backward of its rate
   // at head dim 256, linearly from 128; the forward and dims up to 128 are untouched.
   ModelSpec llama = load_model("llama-3.1-8b", data_dir());
-  Plan p;
-  p.model = "llama-3.1-8b";
-  p.gpus = 8;
-  p.seq_len = 32768;
+  const Plan p = llama_plan(32768);
   Calibration slow = cal, plain = cal;
   slow.attention_wide_head_backward = 0.5;
   plain.attention_wide_head_backward = 1.0;
   for (const auto& [dim, bwd_rate] : {std::pair{64, 1.0}, std::pair{128, 1.0}, std::pair{192, 0.75}, std::pair{256, 0.5}}) {
     llama.attn.head_dim = dim;
-    const double at_slow = estimate_time(llama, p, hw, slow).breakdown.compute_attention;
-    const double at_plain = estimate_time(llama, p, hw, plain).breakdown.compute_attention;
-    ASSERT_GT(at_plain, 0);
-    EXPECT_NEAR(at_slow / at_plain, (1 + 2.5 / bwd_rate) / 3.5, 1e-9) << dim;
+    EXPECT_NEAR(attention_ratio(llama, p, slow, plain), (1 + 2.5 / bwd_rate) / 3.5, 1e-9) << dim;
   }
 }
 
@@ -164,11 +173,8 @@ TEST_F(Fixture, ARingOfCpRanksRunsMostAttentionUnmasked) {
   // TransformerEngine's load-balanced K/V ring runs a rank's own chunks under the causal mask and the cp - 1 received
   // ones without it, 1/cp of the FLOPs each; unmasked kernels run 1 / attention_causal_ratio faster. a2a (Ulysses) and
   // all_gather run causal kernels over what they gather; a2a+p2p rings over cp / cp_a2a_size.
-  ModelSpec llama = load_model("llama-3.1-8b", data_dir());
-  Plan p;
-  p.model = "llama-3.1-8b";
-  p.gpus = 8;
-  p.seq_len = 131072;
+  const ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  Plan p = llama_plan(131072);
   p.parallel.cp = 8;
   Calibration masked = cal, plain = cal;
   masked.attention_causal_ratio = 0.8;
@@ -179,15 +185,11 @@ TEST_F(Fixture, ARingOfCpRanksRunsMostAttentionUnmasked) {
     p.comm.cp = type;
     p.comm.cp_a2a_size = type == CpComm::A2AP2P ? 2 : 1;
     EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, causal) << to_string(type);
-    const double at_masked = estimate_time(llama, p, hw, masked).breakdown.compute_attention;
-    const double at_plain = estimate_time(llama, p, hw, plain).breakdown.compute_attention;
-    ASSERT_GT(at_plain, 0);
-    EXPECT_NEAR(at_masked / at_plain, causal + (1 - causal) * 0.8, 1e-9) << to_string(type);
+    EXPECT_NEAR(attention_ratio(llama, p, masked, plain), causal + (1 - causal) * 0.8, 1e-9) << to_string(type);
   }
   p.parallel.cp = 1;  // one rank: every kernel causal, the ratio moves nothing
   EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, 1.0);
-  EXPECT_DOUBLE_EQ(estimate_time(llama, p, hw, masked).breakdown.compute_attention,
-                   estimate_time(llama, p, hw, plain).breakdown.compute_attention);
+  EXPECT_DOUBLE_EQ(attention_ratio(llama, p, masked, plain), 1.0);
 }
 
 TEST_F(Fixture, FullRecomputeAddsAForwardButNotModelFlops) {
@@ -295,10 +297,7 @@ TEST_F(Fixture, TheOptimizerStepScalesWithItsShard) {
   // Adam's bytes and gradient clipping's 12 (norm read, scale read and write of each fp32 main gradient) per
   // parameter of the rank's distributed-optimizer shard, memory-bound, plus two scalar all-reduces over every rank.
   const ModelSpec llama = load_model("llama-3.1-8b", data_dir());
-  Plan p;
-  p.model = "llama-3.1-8b";
-  p.gpus = 8;
-  p.seq_len = 8192;
+  Plan p = llama_plan(8192);
   p.optimizer_sharding = OptimizerSharding::DistOpt;
   const DerivedPlan d = derive_plan(llama, p, hw);
   const double shard = (d.stages[0].params.dense + d.stages[0].params.expert) / 8;
