@@ -285,9 +285,10 @@ void set_attention_view(DerivedPlan& d, const Plan& p) {
   // A load-balanced K/V ring of r ranks (p2p, or a2a+p2p's ring across a2a groups) runs its own chunks' attention
   // under the causal mask and the r - 1 received ones without a mask, 1/r of the FLOPs each (TransformerEngine
   // attention.py AttnFuncWithCPAndKVP2P); a2a and all_gather run causal kernels over what they gather.
-  const int a2a = p.comm.cp == CpComm::A2A ? q.cp : p.comm.cp == CpComm::A2AP2P ? std::max(1, p.comm.cp_a2a_size) : 1;
-  const int ring = p.comm.cp == CpComm::AllGather ? 1 : std::max(1, q.cp / a2a);
-  d.causal_share = 1.0 / ring;
+  const double a2a = p.comm.cp == CpComm::A2AP2P ? std::max(1, p.comm.cp_a2a_size) : 1;
+  const bool ring = p.comm.cp == CpComm::P2P || p.comm.cp == CpComm::A2AP2P;
+  auto causal_over = [&](double ranks) { return ring ? std::min(1.0, a2a / ranks) : 1.0; };  // split over `ranks`
+  d.causal_share = causal_over(q.cp);
   d.cp_split_tokens = d.local_tokens;
   if (!p.packed_splits.empty()) {
     // Hybrid CP: a sequence split over g ranks runs chunks of L / g; its entries stand for g / cp of the rank's work.
@@ -296,7 +297,7 @@ void set_attention_view(DerivedPlan& d, const Plan& p) {
       const double l = double(p.packed_lengths[i]), g = p.packed_splits[i];
       chunk_squares += l * l / g, tokens += l;
       if (g > 1) split += l;
-      causal_work += l * l / g * std::min(1.0, a2a / g);  // a sequence split over g ranks rings over g / a2a
+      causal_work += l * l / g * causal_over(g);
     }
     d.causal_share = chunk_squares > 0 ? causal_work / chunk_squares : 1.0;
     d.attention_seq = chunk_squares / tokens;

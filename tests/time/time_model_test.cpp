@@ -187,6 +187,15 @@ TEST_F(Fixture, ARingOfCpRanksRunsMostAttentionUnmasked) {
     EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, causal) << to_string(type);
     EXPECT_NEAR(attention_ratio(llama, p, masked, plain), causal + (1 - causal) * 0.8, 1e-9) << to_string(type);
   }
+  // Hybrid CP: each sequence by the ranks it is split over, weighted by the attention work it leaves on a rank.
+  p.packed_lengths = {65536, 16384};
+  p.packed_splits = {8, 2};
+  p.comm.cp = CpComm::P2P;
+  const double big = 65536.0 * 65536 / 8, small = 16384.0 * 16384 / 2;
+  EXPECT_NEAR(derive_plan(llama, p, hw).causal_share, (big / 8 + small / 2) / (big + small), 1e-12);
+  p.comm.cp = CpComm::AllGather;
+  EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, 1.0);
+  p.packed_lengths.clear(), p.packed_splits.clear();
   p.parallel.cp = 1;  // one rank: every kernel causal, the ratio moves nothing
   EXPECT_DOUBLE_EQ(derive_plan(llama, p, hw).causal_share, 1.0);
   EXPECT_DOUBLE_EQ(attention_ratio(llama, p, masked, plain), 1.0);
