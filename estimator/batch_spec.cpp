@@ -25,6 +25,8 @@ int64_t parse_length(const std::string& text, const std::string& where) {
   return v;
 }
 
+constexpr double kMaxCount = 1e15;  // sequences of one length in a histogram
+
 int64_t json_length(const nlohmann::json& v, const std::string& where) {
   if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxLength)
     throw UserError(where + " holds " + v.dump() + ", not a sequence length (valid: a whole number of tokens from 1 to " +
@@ -52,9 +54,12 @@ LengthDistribution parse_json_lengths(const std::string& text, const std::string
   std::map<int64_t, double> counts;
   for (const auto& e : j) {
     if (e.is_array()) {
-      if (e.size() != 2 || !e[1].is_number() || !(e[1].get<double>() >= 0) || !std::isfinite(e[1].get<double>()))
-        throw UserError(source + " holds " + e.dump() + " (valid histogram entry: [length, count] with a count of 0 or more)");
-      counts[json_length(e[0], source)] += e[1].get<double>();
+      // A count past 1e15 sequences is no histogram of a run and would overflow the token sums (length x count).
+      if (e.size() != 2 || !e[1].is_number() || !(e[1].get<double>() >= 0) || !(e[1].get<double>() <= kMaxCount))
+        throw UserError(source + " holds " + e.dump() + " (valid histogram entry: [length, count] with a count from 0 to 1e15)");
+      double& c = counts[json_length(e[0], source)];
+      c += e[1].get<double>();
+      if (c > kMaxCount) throw UserError(source + " counts more than 1e15 sequences of one length (valid: 0 to 1e15)");
     } else {
       counts[json_length(e, source)] += 1;
     }

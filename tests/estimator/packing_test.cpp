@@ -276,7 +276,8 @@ TEST(SeqLengthFiles, ReadLinesListsAndHistograms) {
 
 TEST(SeqLengthFiles, BadInputIsOneSentence) {
   for (const char* text : {"", "  \n", "0\n", "-5\n", "1.5\n", "4k\n", "99999999999999\n", "[]", "[0]", "[1.5]",
-                           "[[4096]]", "[[4096, -1]]", "[[4096, 0]]", "{\"a\": 1}", "[4096", "[[4096, \"x\"]]"}) {
+                           "[[4096]]", "[[4096, -1]]", "[[4096, 0]]", "{\"a\": 1}", "[4096", "[[4096, \"x\"]]",
+                           "[[100, 0.5], [200, 1e308]]", "[[200, 9e14], [200, 9e14]]"}) {
     try {
       parse_seq_lengths(text, "lengths.txt");
       ADD_FAILURE() << "accepted: " << text;
