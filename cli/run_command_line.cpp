@@ -69,10 +69,9 @@ void check_command_line(const CLI::App& app, int argc, char** argv) {
     if (!opt) throw UserError("unknown flag " + name + " for " + path + " (" + usage + ")");
     if (!given.insert(opt).second) throw UserError(name + " is given twice (give it once)");
     const bool takes_value = opt->get_items_expected_max() > 0;  // switches expect no items
-    const bool next_is_value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
     // An on/off switch (expects 0 or 1 items) is on alone, else takes the word after it.
     if (takes_value && opt->get_items_expected_min() == 0 && eq == std::string::npos) {
-      if (next_is_value) ++i;
+      if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;
       continue;
     }
     if (!takes_value) {

@@ -562,10 +562,11 @@ namespace {
 // and the norm and the logged loss are each all-reduced over every rank (latency-bound scalars). A framework that
 // does not clip reads the gradients for the norm it reports and sums it with the loss in one all-reduce.
 double grad_clip_seconds(const DerivedPlan& d, const KernelRates& rate, double shard) {
+  constexpr double kMainGradBytes = 4;  // the distributed optimizer's shard of main gradients is fp32
   const bool clips = rate.sw.clip_gradients;
   const bool across_nodes = d.plan->gpus > d.gpus_per_node;
   const double scalar = across_nodes ? rate.cal.network_latency : rate.cal.nvlink_latency;
-  return rate.memory_bound((clips ? 3 : 1) * 4.0 * shard) + (d.plan->gpus > 1 ? (clips ? 2 : 1) * scalar : 0.0);
+  return rate.memory_bound((clips ? 3 : 1) * kMainGradBytes * shard) + (d.plan->gpus > 1 ? (clips ? 2 : 1) * scalar : 0.0);
 }
 
 // What a stage does after its passes (DP / FSDP collectives, optimizer step, offload), seconds per step.

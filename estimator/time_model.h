@@ -142,13 +142,13 @@ double attention_head_dim_factor(double head_dim);
 // Seconds of flash attention's backward per second of its forward at `head_dim` (FLOPs 2.5x, rate per calibration).
 double attention_backward_units(double head_dim, const Calibration& cal);
 
-// The plan's MoE layer (MoeLayerTime); zero on dense models.
 // Groups (ranks or nodes) of E/groups experts each that one token's k distinct experts reach on average.
 double distinct_groups(double experts, double groups, double k);
 
 // The same under the model's routing (group-limited routing draws its experts from topk_group of n_group groups).
 double bins_reached(const MoeSpec& e, double bins);
 
+// The plan's MoE layer (MoeLayerTime); zero on dense models.
 MoeLayerTime moe_layer_time(const DerivedPlan& d, const Hardware& hw, const Calibration& cal);
 
 }  // namespace lcplan
