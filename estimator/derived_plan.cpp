@@ -45,6 +45,7 @@ struct TokenShape {
   double in;      // bytes per element of a GEMM input saved for the weight gradient (low precision saves it quantized)
   double qkv;     // bytes per element of flash attention's saved q, k, v (fp8 attention keeps them in fp8)
   double router;  // bytes per element of the router's logits and probabilities (--moe-router-dtype)
+  double expert_out;  // bytes per element of the routed experts' output kept for the routing weights' gradient
 };
 
 // A low-precision recipe saves each GEMM's input in the GEMM's format for the weight gradient (Transformer Engine
@@ -130,8 +131,8 @@ void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const Token
   const MoeSpec& e = m.moe;
   a.add(2 * s.router * s.hidden * e.num_experts, kRecomputeMoe);  // router logits and probabilities
   a.add(s.in * routed * h, kRecomputeMoe, kOffloadExpertFc1);     // dispatched tokens (fc1 input)
-  a.add(kBf16 * routed * h, kRecomputeMoe);  // expert output before combine (needed for the routing-weight gradient)
-  a.moe += (s.in + kBf16) * routed * h;
+  a.add(s.expert_out * routed * h, kRecomputeMoe);  // expert output before a weighted combine (the weights' gradient)
+  a.moe += (s.in + s.expert_out) * routed * h;
   mlp_acts(m, s, routed, double(e.expert_ffn) / p.parallel.etp, a, true, kRecomputeMoe, kOffloadMoeAct);
   if (e.shared_experts > 0)
     mlp_acts(m, s, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false, kRecomputeMoe | kRecomputeSharedExperts, 0);
@@ -233,8 +234,12 @@ namespace {
 
 TokenShape token_shape(const Plan& p) {
   const bool fp8_attention = p.fp8.attention && p.precision != Precision::BF16;
+  // Weights applied in the activation are backpropagated through the saved fc1 output; a weighted combine keeps the
+  // expert output.
+  const Framework* fw = find_framework(p.implementation);
+  const double expert_out = fw && fw->can.probs_in_activation ? 0.0 : kBf16;
   return {local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision, p.fp8.recipe),
-          fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype)};
+          fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype), expert_out};
 }
 
 }  // namespace

@@ -85,6 +85,9 @@ Capabilities megatron_capabilities() {
   c.graph_impls = bit(GraphImpl::None) | bit(GraphImpl::Local) | bit(GraphImpl::TransformerEngine) | bit(GraphImpl::FullIteration);
   c.cp_comms = bit(CpComm::P2P) | bit(CpComm::AllGather) | bit(CpComm::A2A) | bit(CpComm::A2AP2P);
   c.router_dtypes = bit(Dtype::BF16) | bit(Dtype::FP32) | bit(Dtype::FP64);
+  // The dispatchers carry each copy's routing weight to the experts, whose activation applies it (experts.py
+  // permuted_probs, weighted_bias_swiglu); the combine unpermutes unweighted (token_dispatcher.py), Megatron-LM@d98e8a64ddf3.
+  c.probs_in_activation = true;
   // Megatron-LM PRs #2256, #2739 (linear CE) and #3345 (Hopper kernels), https://github.com/NVIDIA/Megatron-LM.
   c.linear_ce_note = "Megatron-LM's development branch with --cross-entropy-fusion-impl linear (PRs #2256, #2739, #3345)";
   return c;

@@ -185,7 +185,9 @@ TEST_F(Fixture, APeakCheckedNotFittedLeavesTheMemoryCoefficientAlone) {
   vo.refit = false;
   for (const ValidationRow& row : validate_profile(cs, {}, checked, priors, vo).rows) {
     EXPECT_EQ(row.fitted, row.quantity != Quantity::PeakBytes) << row.id;
-    if (row.quantity == Quantity::PeakBytes) EXPECT_EQ(row.note.rfind("checked, not fitted: ", 0), 0u) << row.note;
+    if (row.quantity == Quantity::PeakBytes) {
+      EXPECT_EQ(row.note.rfind("checked, not fitted: ", 0), 0u) << row.note;
+    }
   }
 }
 

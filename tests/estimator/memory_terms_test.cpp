@@ -74,12 +74,18 @@ TEST(MemoryTerms, ActivationsAndLogitsByHand) {
   const LayerActivation a0 = layer_activation(m, p, m.layers[0], false);
   const LayerActivation a1 = layer_activation(m, p, m.layers[1], false);
   EXPECT_DOUBLE_EQ(a0.full, 198656);
-  EXPECT_DOUBLE_EQ(a1.full, 219136);
-  EXPECT_DOUBLE_EQ(a1.moe_tokens, 32768 * 3 + 16384);
+  // Megatron-LM applies the routing weights in the experts' activation; a framework whose combine weights the copies
+  // (the article's) keeps the experts' output for the weights' gradient: 2 x 256 copies x 64 more.
+  EXPECT_DOUBLE_EQ(a1.full, 186368);
+  EXPECT_DOUBLE_EQ(a1.moe_tokens, 32768 * 2 + 16384);
+  Plan weighted_combine = p;
+  weighted_combine.implementation = "bumblebee";
+  EXPECT_DOUBLE_EQ(layer_activation(m, weighted_combine, m.layers[1], false).full, 186368 + 32768);
+  EXPECT_DOUBLE_EQ(layer_activation(m, weighted_combine, m.layers[1], false).moe_tokens, 32768 * 3 + 16384);
   const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   // Peak is the loss: saved activations of both layers + fp32 logits 128 x 1000 x 4.
   EXPECT_EQ(e.peak_phase, Phase::Loss);
-  EXPECT_DOUBLE_EQ(at(e, 0).activations, 198656 + 219136);
+  EXPECT_DOUBLE_EQ(at(e, 0).activations, 198656 + 186368);
   EXPECT_DOUBLE_EQ(at(e, 0).logits, 128 * 1000 * 4.0);
   // Linear CE: a 100-column bf16 tile, four fp32 per-token statistics and the fp32 d_hidden.
   p.linear_ce = true;
@@ -97,18 +103,18 @@ TEST(MemoryTerms, SelectiveAndFullRecompute) {
   p.recompute = Recompute::Selective;
   // Selective drops norm outputs (2 x 16,384), the log-sum-exp (2,048) and activation outputs.
   EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).saved, 198656 - 2 * 16384 - 2048 - 32768);
-  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[1], false).saved, 219136 - 2 * 16384 - 2048 - 16384);
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[1], false).saved, 186368 - 2 * 16384 - 2048 - 16384);
   p.recompute = Recompute::Full;
   Calibration cal = bare_calibration();
   p.linear_ce = true;
   const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
-  // Full: only the two layer inputs stay; backward rematerializes the larger layer (219,136 - its input).
+  // Full: only the two layer inputs stay; backward rematerializes the larger layer (198,656 - its input).
   EXPECT_EQ(e.peak_phase, Phase::Backward);
-  EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * 16384 + (219136 - 16384));
+  EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * 16384 + (198656 - 16384));
   // recompute_layers = 1 (block method): layer 0 recomputed, layer 1 keeps everything.
   p.recompute_layers = 1;
   const MemoryEstimate b = estimate_memory(m, p, toy_hardware(), cal);
-  EXPECT_DOUBLE_EQ(at(b, 0).activations, 16384 + 219136 + (198656 - 16384));
+  EXPECT_DOUBLE_EQ(at(b, 0).activations, 16384 + 186368 + (198656 - 16384));
 }
 
 TEST(MemoryTerms, MoeBuffersScaleWithChunksAndImbalance) {
@@ -136,7 +142,7 @@ TEST(MemoryTerms, MoeBuffersScaleWithChunksAndImbalance) {
 }
 
 // One MoE layer by itself (Megatron-LM's moe_perf benchmark): the MoE layer's router 256 and experts 24,576 at 2 + 4
-// bytes = 148,992; the MoE FFN's saved 135,168 (above; its norm output is the layer's input); output and input
+// bytes = 148,992; the MoE FFN's saved 102,400 (above; its norm output is the layer's input); output and input
 // gradient 2*2*128*64 = 32,768; 4 buffers 4*2*256*64 = 131,072; the fc1 output's gradient 2*256*2*32 = 32,768.
 TEST(MemoryTerms, OneMoeLayerByHand) {
   const ModelSpec m = toy_model();
@@ -144,12 +150,12 @@ TEST(MemoryTerms, OneMoeLayerByHand) {
   Calibration cal = bare_calibration();
   cal.moe_buffer_copies = 4;
   EXPECT_DOUBLE_EQ(moe_layer_peak_bytes(derive_plan(m, p, toy_hardware()), cal),
-                   148992.0 + 135168 + 32768 + 131072 + 32768);
+                   148992.0 + 102400 + 32768 + 131072 + 32768);
   // Recomputing the MoE layer's activation drops its saved act (2*256*32) from the layer's own forward.
   p.recompute = Recompute::Selective;
   p.recompute_modules = kRecomputeMoeAct;
   EXPECT_DOUBLE_EQ(moe_layer_peak_bytes(derive_plan(m, p, toy_hardware()), cal),
-                   148992.0 + 135168 - 16384 + 32768 + 131072 + 32768);
+                   148992.0 + 102400 - 16384 + 32768 + 131072 + 32768);
   ModelSpec dense = m;
   for (LayerSpec& l : dense.layers) l.ffn = FfnKind::Dense;
   EXPECT_DOUBLE_EQ(moe_layer_peak_bytes(derive_plan(dense, p, toy_hardware()), cal), 0);
