@@ -46,6 +46,7 @@ struct TokenShape {
   double qkv;     // bytes per element of flash attention's saved q, k, v (fp8 attention keeps them in fp8)
   double router;  // bytes per element of the router's logits and probabilities (--moe-router-dtype)
   double expert_out;  // bytes per element of the routed experts' output kept for the routing weights' gradient
+  bool norm_input;    // the pre-FFN norm's input is kept beside its output (else the output is rebuilt from it)
 };
 
 // A low-precision recipe saves each GEMM's input in the GEMM's format for the weight gradient (Transformer Engine
@@ -123,7 +124,7 @@ void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn
 
 void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
   const double h = m.hidden;
-  a.add(s.in * s.hidden * h, kRecomputeLayernorm, kOffloadMlpNorm);  // pre-FFN norm output (fc1 / router input)
+  a.add(s.in * s.hidden * h, kRecomputeLayernorm);  // pre-FFN norm output (fc1 / router input)
   if (l.ffn == FfnKind::Dense) {
     mlp_acts(m, s, s.local, m.dense_ffn / s.tp, a, false, kRecomputeMlp, 0);
     return;
@@ -239,7 +240,8 @@ TokenShape token_shape(const Plan& p) {
   const Framework* fw = find_framework(p.implementation);
   const double expert_out = fw && fw->can.probs_in_activation ? 0.0 : kBf16;
   return {local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision, p.fp8.recipe),
-          fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype), expert_out};
+          fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype), expert_out,
+          !fw || fw->can.keeps_norm_input};
 }
 
 }  // namespace
@@ -259,6 +261,9 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
   a.add(kBf16 * s.hidden * m.hidden, 0, kOffloadAttnNorm);  // layer input: the residual stream (all full recompute keeps)
   const double input = a.total;
   mixer_acts(m, layer, s, a);
+  // The residual after the mixer, the pre-FFN norm's input: its backward reads it (Korthikanti et al. 2022 section 4:
+  // each norm keeps its input), and layernorm recompute keeps it to rebuild the output.
+  if (s.norm_input) a.add(kBf16 * s.hidden * m.hidden, 0, kOffloadMlpNorm);
   ffn_acts(m, p, layer, s, routed_token_copies(m, p), a);
   LayerActivation out;
   out.full = a.total;

@@ -152,6 +152,7 @@ Capabilities lcplan_exec_capabilities() {
   Capabilities c;
   c.chunked_ep = c.linear_ce = true;
   c.clips_gradients = false;  // Adam without clipping; the step reports the gradient norm (executor/README.md)
+  c.keeps_norm_input = false;  // keeps the residual after the mixer and rebuilds the norm from it (decoder_layer.h)
   c.packed_sequences = true;  // THD segments, each split over CP by itself (no packed_splits: its limits say so)
   c.recompute_modules = kLegacySelectiveModules;
   c.exact_recompute_set = true;

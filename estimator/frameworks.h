@@ -43,6 +43,7 @@ struct Capabilities {
   uint8_t router_dtypes = 0;        // 1 << Dtype
   bool clips_gradients = true;      // scales gradients to a global norm every step (else computes the norm only)
   bool probs_in_activation = false; // weights routed copies in the experts' activation (no expert output kept)
+  bool keeps_norm_input = true;     // keeps the pre-FFN norm's input and output (else rebuilds the output from the input)
   const char* linear_ce_note = "";  // which versions run linear CE ("" = all)
   // The framework's own limits and requirements on a model and plan ("" = runs): lcplan-exec's kernels, Megatron-LM's
   // argument checks between settings.

@@ -74,7 +74,7 @@ enum OffloadModule : uint16_t {
   kOffloadQkvLinear = 1 << 1,  // the QKV projection's input: the norm output
   kOffloadCoreAttn = 1 << 2,   // core attention's inputs: q, k, v
   kOffloadAttnProj = 1 << 3,   // the output projection's input: the attention output
-  kOffloadMlpNorm = 1 << 4,    // the pre-MLP norm (lcplan moves its saved output, the FFN input)
+  kOffloadMlpNorm = 1 << 4,    // the pre-MLP norm's input: the residual after the mixer
   kOffloadExpertFc1 = 1 << 5,  // the expert fc1 input: the dispatched tokens
   kOffloadMoeAct = 1 << 6,     // the expert activation's input: the fc1 output
 };

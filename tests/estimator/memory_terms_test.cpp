@@ -73,19 +73,24 @@ TEST(MemoryTerms, ActivationsAndLogitsByHand) {
   const Calibration cal = bare_calibration();
   const LayerActivation a0 = layer_activation(m, p, m.layers[0], false);
   const LayerActivation a1 = layer_activation(m, p, m.layers[1], false);
-  EXPECT_DOUBLE_EQ(a0.full, 198656);
+  // Each layer keeps the residual after its mixer (the pre-FFN norm's input, 2 x 128 x 64 = 16,384) beside what the
+  // dense layer's 198,656 and the MoE layer's 186,368 below count (lcplan-exec rebuilds that norm's output instead).
+  EXPECT_DOUBLE_EQ(a0.full, 198656 + 16384);
+  Plan rebuilds_norm = p;
+  rebuilds_norm.implementation = "lcplan-exec";
+  EXPECT_DOUBLE_EQ(layer_activation(m, rebuilds_norm, m.layers[0], false).full, 198656);
   // Megatron-LM applies the routing weights in the experts' activation; a framework whose combine weights the copies
   // (the article's) keeps the experts' output for the weights' gradient: 2 x 256 copies x 64 more.
-  EXPECT_DOUBLE_EQ(a1.full, 186368);
+  EXPECT_DOUBLE_EQ(a1.full, 186368 + 16384);
   EXPECT_DOUBLE_EQ(a1.moe_tokens, 32768 * 2 + 16384);
   Plan weighted_combine = p;
   weighted_combine.implementation = "bumblebee";
-  EXPECT_DOUBLE_EQ(layer_activation(m, weighted_combine, m.layers[1], false).full, 186368 + 32768);
+  EXPECT_DOUBLE_EQ(layer_activation(m, weighted_combine, m.layers[1], false).full, 186368 + 16384 + 32768);
   EXPECT_DOUBLE_EQ(layer_activation(m, weighted_combine, m.layers[1], false).moe_tokens, 32768 * 3 + 16384);
   const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
   // Peak is the loss: saved activations of both layers + fp32 logits 128 x 1000 x 4.
   EXPECT_EQ(e.peak_phase, Phase::Loss);
-  EXPECT_DOUBLE_EQ(at(e, 0).activations, 198656 + 186368);
+  EXPECT_DOUBLE_EQ(at(e, 0).activations, 198656 + 186368 + 2 * 16384);
   EXPECT_DOUBLE_EQ(at(e, 0).logits, 128 * 1000 * 4.0);
   // Linear CE: a 100-column bf16 tile, four fp32 per-token statistics and the fp32 d_hidden.
   p.linear_ce = true;
@@ -101,20 +106,21 @@ TEST(MemoryTerms, SelectiveAndFullRecompute) {
   const ModelSpec m = toy_model();
   Plan p = toy_plan();
   p.recompute = Recompute::Selective;
-  // Selective drops norm outputs (2 x 16,384), the log-sum-exp (2,048) and activation outputs.
-  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).saved, 198656 - 2 * 16384 - 2048 - 32768);
-  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[1], false).saved, 186368 - 2 * 16384 - 2048 - 16384);
+  // Selective drops norm outputs (2 x 16,384), the log-sum-exp (2,048) and activation outputs; it keeps the norms'
+  // inputs (the layer input and the residual after the mixer).
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).saved, 198656 + 16384 - 2 * 16384 - 2048 - 32768);
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[1], false).saved, 186368 + 16384 - 2 * 16384 - 2048 - 16384);
   p.recompute = Recompute::Full;
   Calibration cal = bare_calibration();
   p.linear_ce = true;
   const MemoryEstimate e = estimate_memory(m, p, toy_hardware(), cal);
-  // Full: only the two layer inputs stay; backward rematerializes the larger layer (198,656 - its input).
+  // Full: only the two layer inputs stay; backward rematerializes the larger layer (198,656 + 16,384 - its input).
   EXPECT_EQ(e.peak_phase, Phase::Backward);
-  EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * 16384 + (198656 - 16384));
+  EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * 16384 + 198656);
   // recompute_layers = 1 (block method): layer 0 recomputed, layer 1 keeps everything.
   p.recompute_layers = 1;
   const MemoryEstimate b = estimate_memory(m, p, toy_hardware(), cal);
-  EXPECT_DOUBLE_EQ(at(b, 0).activations, 16384 + 186368 + (198656 - 16384));
+  EXPECT_DOUBLE_EQ(at(b, 0).activations, 16384 + (186368 + 16384) + 198656);
 }
 
 TEST(MemoryTerms, MoeBuffersScaleWithChunksAndImbalance) {
@@ -177,7 +183,7 @@ TEST(MemoryTerms, PipelineStagesAndInflightMicrobatches) {
   // 1F1B: stage 0 holds pp - 0 = 2 microbatches (default global batch gives 2), stage 1 holds 1.
   EXPECT_DOUBLE_EQ(e.stages[0].inflight_microbatches, 2);
   EXPECT_DOUBLE_EQ(e.stages[1].inflight_microbatches, 1);
-  EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * 198656.0);
+  EXPECT_DOUBLE_EQ(at(e, 0).activations, 2 * (198656.0 + 16384));
   EXPECT_EQ(e.stages[1].peak_phase, Phase::Loss);
   EXPECT_DOUBLE_EQ(at(e, 1).logits, 128 * 1000 * 4.0);
   EXPECT_DOUBLE_EQ(at(e, 0).logits, 0);

@@ -137,7 +137,8 @@ TEST(RunSettings, GraphStaticBuffersByLayerAndCapture) {
 }
 
 // Selective recompute modules (transformer_config.py recompute_modules) drop exactly their tensors: the toy's dense
-// layer keeps 16,384 (input) + 67,584 (attention with its norm) + 114,688 (FFN with its norm) = 198,656 bytes.
+// layer keeps 16,384 (input) + 67,584 (attention with its norm) + 16,384 (the residual after it, the pre-FFN norm's
+// input) + 114,688 (FFN with its norm) = 215,040 bytes.
 TEST(RunSettings, RecomputeModulesDropTheirTensors) {
   const ModelSpec m = toy_model();
   Plan p = toy_plan();
@@ -148,7 +149,7 @@ TEST(RunSettings, RecomputeModulesDropTheirTensors) {
     return layer_activation(m, p, l, false).saved;
   };
   const double full = layer_activation(m, p, dense, false).full;
-  EXPECT_DOUBLE_EQ(full, 198656);
+  EXPECT_DOUBLE_EQ(full, 215040);
   EXPECT_DOUBLE_EQ(saved(kRecomputeCoreAttn, dense), full - 2048);             // the log-sum-exp
   EXPECT_DOUBLE_EQ(saved(kRecomputeLayernorm, dense), full - 2 * 16384);       // both norm outputs
   EXPECT_DOUBLE_EQ(saved(kRecomputeMlp, dense), full - 65536 - 32768);         // fc1 and activation outputs
@@ -175,6 +176,8 @@ TEST(RunSettings, OffloadModulesMoveTheirInputs) {
   EXPECT_DOUBLE_EQ(off.offloaded, 32768 + 16384);  // q, k, v and the attention output
   EXPECT_DOUBLE_EQ(off.saved, kept.saved - off.offloaded);
   EXPECT_DOUBLE_EQ(off.full, kept.full);
+  p.offload.modules = kOffloadAttnNorm | kOffloadMlpNorm;  // the two norms' inputs: the layer input, the residual after
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).offloaded, 2 * 16384);  // the mixer (not their outputs)
   p.offload.modules = kOffloadAttnProj;  // needs core_attn
   EXPECT_EQ(check_plan(m, p)->rule, Rule::RunSettings);
 }
