@@ -47,6 +47,7 @@ struct TokenShape {
   double router;  // bytes per element of the router's logits and probabilities (--moe-router-dtype)
   double expert_out;  // bytes per element of the routed experts' output kept for the routing weights' gradient
   bool norm_input;    // the pre-FFN norm's input is kept beside its output (else the output is rebuilt from it)
+  RecomputeScope scope;
 };
 
 // A low-precision recipe saves each GEMM's input in the GEMM's format for the weight gradient (Transformer Engine
@@ -69,7 +70,8 @@ namespace {
 
 void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc& a) {
   const double h = m.hidden;
-  a.add(s.in * s.hidden * h, kRecomputeLayernorm, kOffloadQkvLinear);  // pre-mixer norm output (projection input, re-gathered under SP)
+  // pre-mixer norm output (projection input, re-gathered under SP)
+  a.add(s.in * s.hidden * h, s.scope.mixer_norm ? kRecomputeLayernorm : 0, kOffloadQkvLinear);
   switch (l.mixer) {
     case MixerKind::FullAttention: {
       const AttentionSpec& at = m.attn;
@@ -118,13 +120,13 @@ void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn
   const double up = m.gated_mlp ? 2 : 1;
   const double fc1 = kBf16 * tokens * up * ffn, act = s.in * tokens * ffn;
   a.add(fc1, whole, fc1_out);
-  a.add(act, whole | kRecomputeMoeAct);
+  a.add(act, whole | (moe_part || s.scope.other_mlp_act ? kRecomputeMoeAct : 0));
   if (moe_part) a.moe += fc1 + act;
 }
 
 void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
   const double h = m.hidden;
-  a.add(s.in * s.hidden * h, kRecomputeLayernorm);  // pre-FFN norm output (fc1 / router input)
+  a.add(s.in * s.hidden * h, s.scope.ffn_norm ? kRecomputeLayernorm : 0);  // pre-FFN norm output (fc1 / router input)
   if (l.ffn == FfnKind::Dense) {
     mlp_acts(m, s, s.local, m.dense_ffn / s.tp, a, false, kRecomputeMlp, 0);
     return;
@@ -233,7 +235,7 @@ int nvlink_domain_gpus(const Plan& p, const Hardware& hw) { return p.gpus_per_no
 
 namespace {
 
-TokenShape token_shape(const Plan& p) {
+TokenShape token_shape(const Plan& p, const LayerSpec& layer) {
   const bool fp8_attention = p.fp8.attention && p.precision != Precision::BF16;
   // Weights applied in the activation are backpropagated through the saved fc1 output; a weighted combine keeps the
   // expert output.
@@ -241,20 +243,31 @@ TokenShape token_shape(const Plan& p) {
   const double expert_out = fw && fw->can.probs_in_activation ? 0.0 : kBf16;
   return {local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision, p.fp8.recipe),
           fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype), expert_out,
-          !fw || fw->can.keeps_norm_input};
+          !fw || fw->can.keeps_norm_input, recompute_scope(p, layer)};
 }
 
 }  // namespace
 
+RecomputeScope recompute_scope(const Plan& p, const LayerSpec& layer) {
+  RecomputeScope r;
+  const Framework* fw = find_framework(p.implementation);
+  if (fw && fw->can.fused_norm_linears) {
+    r.mixer_norm = layer.mixer == MixerKind::MLA;
+    r.ffn_norm = layer.ffn == FfnKind::MoE;
+  }
+  if (fw && fw->can.moe_act_experts_only) r.other_mlp_act = false;
+  return r;
+}
+
 LayerActivation ffn_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer) {
   Acc a;
   a.drop = p.recompute == Recompute::Selective ? p.recompute_modules : 0;
-  ffn_acts(m, p, layer, token_shape(p), routed_token_copies(m, p), a);
+  ffn_acts(m, p, layer, token_shape(p, layer), routed_token_copies(m, p), a);
   return {a.total - a.dropped, a.total, a.moe, 0};
 }
 
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed) {
-  const TokenShape s = token_shape(p);
+  const TokenShape s = token_shape(p, layer);
   Acc a;
   a.drop = p.recompute == Recompute::Selective ? p.recompute_modules : 0;
   a.offload = recomputed ? 0 : p.offload.modules;

@@ -155,6 +155,14 @@ void derive_options(DerivedPlan& d);  // reads d.plan's moe.ep_chunks, recompute
 // scales): how a low-precision recipe saves it for the weight gradient and dispatches it to the experts.
 double gemm_input_bytes(Precision p, Fp8Recipe recipe = Fp8Recipe::Tensorwise);
 
+// What selective recompute's `layernorm` and `moe_act` rebuild in a layer of `layer`'s kind, as the plan's framework
+// builds it: the mixer's and the FFN's input norms, and the activation of MLPs other than the routed experts'.
+struct RecomputeScope {
+  bool mixer_norm = true, ffn_norm = true;  // under layernorm
+  bool other_mlp_act = true;                // under moe_act: dense and shared-expert MLPs
+};
+RecomputeScope recompute_scope(const Plan& p, const LayerSpec& layer);
+
 // Saved activations of one layer of `layer`'s kind for one microbatch (exposed for tests).
 LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerSpec& layer, bool recomputed);
 // The FFN part of it alone, from the pre-FFN norm's output on (a MoE layer benchmarked by itself).

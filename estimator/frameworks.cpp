@@ -88,6 +88,10 @@ Capabilities megatron_capabilities() {
   // The dispatchers carry each copy's routing weight to the experts, whose activation applies it (experts.py
   // permuted_probs, weighted_bias_swiglu); the combine unpermutes unweighted (token_dispatcher.py), Megatron-LM@d98e8a64ddf3.
   c.probs_in_activation = true;
+  // Transformer Engine's LayerNormLinear fuses the input norm into QKV (not MLA's, which two down-projections read)
+  // and a dense MLP's norm into fc1; `layernorm` rebuilds only norms that are modules of their own (transformer_layer.py:
+  // not an IdentityOp), and `moe_act` only the grouped experts' activation (megatron-settings.md: requires grouped GEMM).
+  c.fused_norm_linears = c.moe_act_experts_only = true;
   // Megatron-LM PRs #2256, #2739 (linear CE) and #3345 (Hopper kernels), https://github.com/NVIDIA/Megatron-LM.
   c.linear_ce_note = "Megatron-LM's development branch with --cross-entropy-fusion-impl linear (PRs #2256, #2739, #3345)";
   return c;

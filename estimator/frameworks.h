@@ -44,6 +44,8 @@ struct Capabilities {
   bool clips_gradients = true;      // scales gradients to a global norm every step (else computes the norm only)
   bool probs_in_activation = false; // weights routed copies in the experts' activation (no expert output kept)
   bool keeps_norm_input = true;     // keeps the pre-FFN norm's input and output (else rebuilds the output from the input)
+  bool fused_norm_linears = false;  // norms fused into the linear after them, which layernorm recompute leaves alone
+  bool moe_act_experts_only = false; // moe_act rebuilds the routed experts' activation only (else every MLP's)
   const char* linear_ce_note = "";  // which versions run linear CE ("" = all)
   // The framework's own limits and requirements on a model and plan ("" = runs): lcplan-exec's kernels, Megatron-LM's
   // argument checks between settings.

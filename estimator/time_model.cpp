@@ -274,7 +274,8 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   t.forward = fw.makespan + cal.interference * std::max(0.0, fw.comm_busy - t.exposed_comm_forward);
   t.backward = bw.makespan + cal.interference * std::max(0.0, bw.comm_busy - t.exposed_comm_backward);
   t.shared_forward = shared_fwd;
-  t.activation_forward = routed_act * 3 / 8 + (lf.shared > 0 ? rate.memory_bound(kBf16 * shared_act * 3 / 8) : 0);
+  t.activation_forward = routed_act * 3 / 8;
+  t.shared_activation_forward = lf.shared > 0 ? rate.memory_bound(kBf16 * shared_act * 3 / 8) : 0;
   return t;
 }
 
@@ -340,10 +341,12 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
   const LayerFlops& lf = kind.flops;
   const double share = d.sequence_share / d.tp.size;
   const bool moe_layer = kind.spec.ffn == FfnKind::MoE;
+  const RecomputeScope scope = recompute_scope(*d.plan, kind.spec);
   double t = 0;
   if (mods & kRecomputeCoreAttn) t += core_fwd;
-  // RMSNorm forward reads and writes a hidden-sized tensor, twice per layer.
-  if (mods & kRecomputeLayernorm) t += rate.memory_bound(2 * 2 * d.hidden_tokens * m.hidden * kBf16);
+  // RMSNorm forward reads and writes a hidden-sized tensor, once per norm it rebuilds.
+  const int norms = int(scope.mixer_norm) + int(scope.ffn_norm);
+  if (mods & kRecomputeLayernorm) t += rate.memory_bound(norms * 2 * d.hidden_tokens * m.hidden * kBf16);
   if ((mods & kRecomputeMlaUpProj) && kind.spec.mixer == MixerKind::MLA) {
     const MlaSpec& ml = m.mla;
     const double up = double(ml.heads) * ((ml.q_lora_rank > 0 ? ml.q_lora_rank * (ml.qk_nope_head_dim + ml.qk_rope_head_dim) : 0) +
@@ -352,11 +355,13 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
   }
   const double dense_act = rate.memory_bound(kBf16 * kind.traffic.act * d.local_tokens / d.tp.size * 3 / 8);
   if (!moe_layer && (mods & kRecomputeMlp)) t += rate.gemm(lf.dense_mlp * share, d.local_tokens) + dense_act;
-  else if (!moe_layer && (mods & kRecomputeMoeAct)) t += dense_act;
+  else if (!moe_layer && (mods & kRecomputeMoeAct) && scope.other_mlp_act) t += dense_act;
   if (moe_layer && (mods & kRecomputeMoe)) t += moe.forward;
   else if (moe_layer) {
     if (mods & kRecomputeSharedExperts) t += moe.shared_forward;
     if (mods & kRecomputeMoeAct) t += moe.activation_forward;
+    if ((mods & kRecomputeMoeAct) && !(mods & kRecomputeSharedExperts) && scope.other_mlp_act)
+      t += moe.shared_activation_forward;
   }
   return t;
 }

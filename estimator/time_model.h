@@ -62,7 +62,8 @@ struct MoeLayerTime {
   double exposed_comm_forward = 0, exposed_comm_backward = 0;  // all-to-all time not hidden under expert GEMMs
   double launch_forward = 0, launch_backward = 0;              // launch-floor excess included in forward/backward
   double shared_forward = 0;    // the shared experts' forward (what recompute module shared_experts replays)
-  double activation_forward = 0;  // the routed and shared experts' activation pass (what moe_act replays)
+  double activation_forward = 0;         // the routed experts' activation pass (what moe_act replays)
+  double shared_activation_forward = 0;  // the shared experts' (replayed where moe_act covers every MLP)
 };
 
 // Per-microbatch cost of one layer (or a stage's layers) on one rank, split as the breakdown reports it (seconds).

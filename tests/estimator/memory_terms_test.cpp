@@ -106,10 +106,17 @@ TEST(MemoryTerms, SelectiveAndFullRecompute) {
   const ModelSpec m = toy_model();
   Plan p = toy_plan();
   p.recompute = Recompute::Selective;
-  // Selective drops norm outputs (2 x 16,384), the log-sum-exp (2,048) and activation outputs; it keeps the norms'
-  // inputs (the layer input and the residual after the mixer).
-  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).saved, 198656 + 16384 - 2 * 16384 - 2048 - 32768);
-  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[1], false).saved, 186368 + 16384 - 2 * 16384 - 2048 - 16384);
+  // Selective (core_attn, layernorm, moe_act) drops the log-sum-exp (2,048) and, where they are modules of their own,
+  // the norms' outputs (16,384 each) and MLP activations; it keeps the norms' inputs. Megatron-LM fuses the dense
+  // layer's norms into the linears after them and rebuilds only the experts' activation; the article's framework
+  // (whose MoE layer also keeps the experts' output, 32,768) rebuilds every norm and activation.
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).saved, 198656 + 16384 - 2048);
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[1], false).saved, 186368 + 16384 - 16384 - 2048 - 16384);
+  Plan own_modules = p;
+  own_modules.implementation = "bumblebee";
+  EXPECT_DOUBLE_EQ(layer_activation(m, own_modules, m.layers[0], false).saved, 198656 + 16384 - 2 * 16384 - 2048 - 32768);
+  EXPECT_DOUBLE_EQ(layer_activation(m, own_modules, m.layers[1], false).saved,
+                   186368 + 16384 + 32768 - 2 * 16384 - 2048 - 16384);
   p.recompute = Recompute::Full;
   Calibration cal = bare_calibration();
   p.linear_ce = true;

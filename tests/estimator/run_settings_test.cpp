@@ -151,13 +151,24 @@ TEST(RunSettings, RecomputeModulesDropTheirTensors) {
   const double full = layer_activation(m, p, dense, false).full;
   EXPECT_DOUBLE_EQ(full, 215040);
   EXPECT_DOUBLE_EQ(saved(kRecomputeCoreAttn, dense), full - 2048);             // the log-sum-exp
-  EXPECT_DOUBLE_EQ(saved(kRecomputeLayernorm, dense), full - 2 * 16384);       // both norm outputs
   EXPECT_DOUBLE_EQ(saved(kRecomputeMlp, dense), full - 65536 - 32768);         // fc1 and activation outputs
-  EXPECT_DOUBLE_EQ(saved(kRecomputeMoeAct, dense), full - 32768);              // the activation output
+  // Megatron-LM (Transformer Engine): the attention's norm is fused into QKV and the dense MLP's into fc1, which
+  // layernorm leaves alone, and moe_act rebuilds the routed experts' activation only; on the MoE layer layernorm drops
+  // its FFN norm's output (a module of its own: the router and the experts read it) and moe_act the experts' activation.
   const double moe_full = layer_activation(m, p, moe, false).full;
+  EXPECT_DOUBLE_EQ(saved(kRecomputeLayernorm, dense), full);
+  EXPECT_DOUBLE_EQ(saved(kRecomputeMoeAct, dense), full);
+  EXPECT_DOUBLE_EQ(saved(kRecomputeLayernorm, moe), moe_full - 16384);
+  EXPECT_DOUBLE_EQ(saved(kRecomputeMoeAct, moe), moe_full - 16384);
   // The MoE layer: router 4,096, dispatched 32,768, fc1 32,768, activation 16,384 (Megatron-LM keeps no expert
   // output: the routing weights are applied in the activation).
   EXPECT_DOUBLE_EQ(saved(kRecomputeMoe, moe), moe_full - 4096 - 32768 - 32768 - 16384);
+  EXPECT_DOUBLE_EQ(saved(kLegacySelectiveModules, dense), full - 2048);
+  // A framework whose norms and MLPs are modules of their own (the article's) drops both norm outputs and every
+  // MLP's activation.
+  p.implementation = "bumblebee";
+  EXPECT_DOUBLE_EQ(saved(kRecomputeLayernorm, dense), full - 2 * 16384);
+  EXPECT_DOUBLE_EQ(saved(kRecomputeMoeAct, dense), full - 32768);
   EXPECT_DOUBLE_EQ(saved(kLegacySelectiveModules, dense), full - 2048 - 2 * 16384 - 32768);
   // Full recompute, uniform method: one checkpoint (the layer input, 16,384) per recompute_layers layers.
   p.recompute = Recompute::Full;
