@@ -82,6 +82,8 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
         a.add((kBf16 + s.in) * s.local * q, 0, kOffloadAttnProj);  // gate and gated output (o_proj input)
       } else {
         a.add(s.in * s.local * q, 0, kOffloadAttnProj);     // attention output (o_proj input)
+        // Flash attention's backward reads its own output; o_proj keeps a low-precision copy of it as its input.
+        if (s.qkv == kBf16 && s.in != kBf16) a.add(kBf16 * s.local * q, kRecomputeCoreAttn);
       }
       a.add(kFp32 * s.local * at.heads / s.tp, kRecomputeCoreAttn);  // softmax log-sum-exp
       break;
@@ -106,6 +108,7 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
       // q, k, v after the up-projections and RoPE (what mla_up_proj discards and rebuilds)
       a.add(s.qkv * s.local * heads * (2 * qk + ml.v_head_dim), kRecomputeMlaUpProj, kOffloadCoreAttn);
       a.add(s.in * s.local * heads * ml.v_head_dim, 0, kOffloadAttnProj);  // attention output (o_proj input)
+      if (s.qkv == kBf16 && s.in != kBf16) a.add(kBf16 * s.local * heads * ml.v_head_dim, kRecomputeCoreAttn);  // flash's own
       a.add(kFp32 * s.local * heads, kRecomputeCoreAttn);                   // log-sum-exp
       break;
     }

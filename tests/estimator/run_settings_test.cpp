@@ -152,6 +152,17 @@ TEST(RunSettings, RecomputeModulesDropTheirTensors) {
   EXPECT_DOUBLE_EQ(full, 215040);
   EXPECT_DOUBLE_EQ(saved(kRecomputeCoreAttn, dense), full - 2048);             // the log-sum-exp
   EXPECT_DOUBLE_EQ(saved(kRecomputeMlp, dense), full - 65536 - 32768);         // fc1 and activation outputs
+  {
+    // Under fp8 GEMMs o_proj keeps an fp8 copy of the attention output and flash attention its own bf16 one (2 x 128 x
+    // 64), which core_attn drops with the log-sum-exp.
+    Plan f = p;
+    f.precision = Precision::FP8;
+    f.fp8.recipe = Fp8Recipe::Tensorwise;
+    f.recompute_modules = 0;
+    const double kept = layer_activation(m, f, dense, false).saved;
+    f.recompute_modules = kRecomputeCoreAttn;
+    EXPECT_DOUBLE_EQ(kept - layer_activation(m, f, dense, false).saved, 2048 + 16384);
+  }
   // Megatron-LM (Transformer Engine): the attention's norm is fused into QKV and the dense MLP's into fc1, which
   // layernorm leaves alone, and moe_act rebuilds the routed experts' activation only; on the MoE layer layernorm drops
   // its FFN norm's output (a module of its own: the router and the experts read it) and moe_act the experts' activation.
