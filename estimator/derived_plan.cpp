@@ -129,8 +129,13 @@ void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn
 
 void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
   const double h = m.hidden;
-  a.add(s.in * s.hidden * h, s.scope.ffn_norm ? kRecomputeLayernorm : 0);  // pre-FFN norm output (fc1 / router input)
-  if (l.ffn == FfnKind::Dense) {
+  const uint16_t norm = s.scope.ffn_norm ? kRecomputeLayernorm : 0;
+  // pre-FFN norm output: fc1's input, or the router's, which keeps it in bf16 (the router GEMM is not low precision),
+  // beside the shared experts' fc1 copy in the GEMMs' format
+  const bool moe = l.ffn == FfnKind::MoE;
+  a.add((moe ? kBf16 : s.in) * s.hidden * h, norm);
+  if (moe && m.moe.shared_experts > 0 && s.in != kBf16) a.add(s.in * s.hidden * h, norm);
+  if (!moe) {
     mlp_acts(m, s, s.local, m.dense_ffn / s.tp, a, false, kRecomputeMlp, 0);
     return;
   }

@@ -162,6 +162,11 @@ TEST(RunSettings, RecomputeModulesDropTheirTensors) {
     const double kept = layer_activation(m, f, dense, false).saved;
     f.recompute_modules = kRecomputeCoreAttn;
     EXPECT_DOUBLE_EQ(kept - layer_activation(m, f, dense, false).saved, 2048 + 16384);
+    // The MoE layer's router keeps the FFN norm's output in bf16 (2 x 128 x 64), which layernorm drops.
+    f.recompute_modules = 0;
+    const double kept_moe = layer_activation(m, f, moe, false).saved;
+    f.recompute_modules = kRecomputeLayernorm;
+    EXPECT_DOUBLE_EQ(kept_moe - layer_activation(m, f, moe, false).saved, 16384);
   }
   // Megatron-LM (Transformer Engine): the attention's norm is fused into QKV and the dense MLP's into fc1, which
   // layernorm leaves alone, and moe_act rebuilds the routed experts' activation only; on the MoE layer layernorm drops
