@@ -381,7 +381,10 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
   if (lf.attn_core > 0) {
     const double head_dim = kind.spec.mixer == MixerKind::MLA ? double(m.mla.qk_nope_head_dim) + m.mla.qk_rope_head_dim
                                                               : m.attn.head_dim;
-    core_fwd = rate.attention(lf.attn_core * share, d.attention_seq, head_dim, d.causal_share);
+    // A sliding window's query tile walks about window / tile key tiles, as a causal sequence of twice the window
+    // does: the kernel runs at that length's rate (FlashAttention-3's rate by sequence length).
+    const double window = kind.spec.sliding ? 2.0 * m.attn.sliding_window : d.attention_seq;
+    core_fwd = rate.attention(lf.attn_core * share, std::min(d.attention_seq, window), head_dim, d.causal_share);
     core_bwd = attention_backward_units(head_dim, rate.cal) * core_fwd;
   } else if (lf.linear_core > 0) {
     core_fwd = rate.linear_attention(lf.linear_core * share);

@@ -201,6 +201,20 @@ TEST_F(Fixture, ARingOfCpRanksRunsMostAttentionUnmasked) {
   EXPECT_DOUBLE_EQ(attention_ratio(llama, p, masked, plain), 1.0);
 }
 
+TEST_F(Fixture, ASlidingWindowRunsAtItsWindowsRate) {
+  // Flash attention's rate rises with the keys a query tile walks (attention_half_seq); a window of w keys walks as
+  // many as a causal sequence of 2w, so a sliding layer runs at that length's rate, a full one at its sequence's.
+  ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  const Plan p = llama_plan(32768);
+  Calibration curved = cal, flat = cal;
+  curved.attention_half_seq = 238;
+  flat.attention_half_seq = 0;
+  EXPECT_NEAR(attention_ratio(llama, p, curved, flat), (32768 + 238) / 32768.0, 1e-9);
+  for (LayerSpec& l : llama.layers) l.sliding = true;
+  llama.attn.sliding_window = 1024;
+  EXPECT_NEAR(attention_ratio(llama, p, curved, flat), (2048 + 238) / 2048.0, 1e-9);
+}
+
 TEST_F(Fixture, FullRecomputeAddsAForwardButNotModelFlops) {
   Plan p = qwen_plan();
   // Qwen3.5's head dim 256 backward at its head-dim-128 rate, so that every backward costs 2-2.5 forwards.
