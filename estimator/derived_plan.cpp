@@ -129,7 +129,8 @@ void mlp_acts(const ModelSpec& m, const TokenShape& s, double tokens, double ffn
 
 void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const TokenShape& s, double routed, Acc& a) {
   const double h = m.hidden;
-  const uint16_t norm = s.scope.ffn_norm ? kRecomputeLayernorm : 0;
+  // A norm fused into a dense fc1 is part of the MLP that mlp recompute checkpoints from the norm's input.
+  const uint16_t norm = s.scope.ffn_norm ? kRecomputeLayernorm : l.ffn == FfnKind::Dense ? kRecomputeMlp : 0;
   // pre-FFN norm output: fc1's input, or the router's, which keeps it in bf16 (the router GEMM is not low precision),
   // beside the shared experts' fc1 copy in the GEMMs' format
   const bool moe = l.ffn == FfnKind::MoE;

@@ -346,7 +346,8 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
   if (mods & kRecomputeCoreAttn) t += core_fwd;
   // RMSNorm forward reads and writes a hidden-sized tensor, once per norm it rebuilds.
   const int norms = int(scope.mixer_norm) + int(scope.ffn_norm);
-  if (mods & kRecomputeLayernorm) t += rate.memory_bound(norms * 2 * d.hidden_tokens * m.hidden * kBf16);
+  const double norm_pass = rate.memory_bound(2 * d.hidden_tokens * m.hidden * kBf16);
+  if (mods & kRecomputeLayernorm) t += norms * norm_pass;
   if ((mods & kRecomputeMlaUpProj) && kind.spec.mixer == MixerKind::MLA) {
     const MlaSpec& ml = m.mla;
     const double up = double(ml.heads) * ((ml.q_lora_rank > 0 ? ml.q_lora_rank * (ml.qk_nope_head_dim + ml.qk_rope_head_dim) : 0) +
@@ -354,7 +355,8 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
     t += rate.gemm(2 * up * d.seq * share, d.local_tokens);
   }
   const double dense_act = rate.memory_bound(kBf16 * kind.traffic.act * d.local_tokens / d.tp.size * 3 / 8);
-  if (!moe_layer && (mods & kRecomputeMlp)) t += rate.gemm(lf.dense_mlp * share, d.local_tokens) + dense_act;
+  if (!moe_layer && (mods & kRecomputeMlp))  // with the norm fused into its fc1, where the framework fuses it
+    t += rate.gemm(lf.dense_mlp * share, d.local_tokens) + dense_act + (scope.ffn_norm ? 0 : norm_pass);
   else if (!moe_layer && (mods & kRecomputeMoeAct) && scope.other_mlp_act) t += dense_act;
   if (moe_layer && (mods & kRecomputeMoe)) t += moe.forward;
   else if (moe_layer) {
