@@ -46,6 +46,7 @@ struct TokenShape {
   double qkv;     // bytes per element of flash attention's saved q, k, v (fp8 attention keeps them in fp8)
   double router;  // bytes per element of the router's logits and probabilities (--moe-router-dtype)
   double expert_out;  // bytes per element of the routed experts' output kept for the routing weights' gradient
+  double flash_out;   // bytes per element of flash attention's own output beside o_proj's copy (0: one tensor)
   bool norm_input;    // the pre-FFN norm's input is kept beside its output (else the output is rebuilt from it)
   RecomputeScope scope;
 };
@@ -82,8 +83,7 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
         a.add((kBf16 + s.in) * s.local * q, 0, kOffloadAttnProj);  // gate and gated output (o_proj input)
       } else {
         a.add(s.in * s.local * q, 0, kOffloadAttnProj);     // attention output (o_proj input)
-        // Flash attention's backward reads its own output; o_proj keeps a low-precision copy of it as its input.
-        if (s.qkv == kBf16 && s.in != kBf16) a.add(kBf16 * s.local * q, kRecomputeCoreAttn);
+        a.add(s.flash_out * s.local * q, kRecomputeCoreAttn);  // flash attention's own output (its backward reads it)
       }
       a.add(kFp32 * s.local * at.heads / s.tp, kRecomputeCoreAttn);  // softmax log-sum-exp
       break;
@@ -108,7 +108,7 @@ void mixer_acts(const ModelSpec& m, const LayerSpec& l, const TokenShape& s, Acc
       // q, k, v after the up-projections and RoPE (what mla_up_proj discards and rebuilds)
       a.add(s.qkv * s.local * heads * (2 * qk + ml.v_head_dim), kRecomputeMlaUpProj, kOffloadCoreAttn);
       a.add(s.in * s.local * heads * ml.v_head_dim, 0, kOffloadAttnProj);  // attention output (o_proj input)
-      if (s.qkv == kBf16 && s.in != kBf16) a.add(kBf16 * s.local * heads * ml.v_head_dim, kRecomputeCoreAttn);  // flash's own
+      a.add(s.flash_out * s.local * heads * ml.v_head_dim, kRecomputeCoreAttn);  // flash attention's own output
       a.add(kFp32 * s.local * heads, kRecomputeCoreAttn);                   // log-sum-exp
       break;
     }
@@ -250,9 +250,12 @@ TokenShape token_shape(const Plan& p, const LayerSpec& layer) {
   // expert output.
   const Framework* fw = find_framework(p.implementation);
   const double expert_out = fw && fw->can.probs_in_activation ? 0.0 : kBf16;
-  return {local_tokens(p), hidden_tokens(p), double(p.parallel.tp), gemm_input_bytes(p.precision, p.fp8.recipe),
-          fp8_attention ? 1.0 : kBf16, dtype_bytes(p.moe.router_dtype), expert_out,
-          !fw || fw->can.keeps_norm_input, recompute_scope(p, layer)};
+  // Flash attention's backward reads its bf16 output; o_proj keeps its own low-precision copy as its input.
+  const double in = gemm_input_bytes(p.precision, p.fp8.recipe);
+  const double flash_out = !fp8_attention && in != kBf16 ? kBf16 : 0.0;
+  return {local_tokens(p), hidden_tokens(p), double(p.parallel.tp), in, fp8_attention ? 1.0 : kBf16,
+          dtype_bytes(p.moe.router_dtype), expert_out, flash_out, !fw || fw->can.keeps_norm_input,
+          recompute_scope(p, layer)};
 }
 
 }  // namespace

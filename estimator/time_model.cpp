@@ -385,8 +385,9 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
                                                               : m.attn.head_dim;
     // A sliding window's query tile walks about window / tile key tiles, as a causal sequence of twice the window
     // does: the kernel runs at that length's rate (FlashAttention-3's rate by sequence length).
-    const double window = kind.spec.sliding ? 2.0 * m.attn.sliding_window : d.attention_seq;
-    core_fwd = rate.attention(lf.attn_core * share, std::min(d.attention_seq, window), head_dim, d.causal_share);
+    const double kernel_seq =
+        kind.spec.sliding ? std::min(d.attention_seq, 2.0 * m.attn.sliding_window) : d.attention_seq;
+    core_fwd = rate.attention(lf.attn_core * share, kernel_seq, head_dim, d.causal_share);
     core_bwd = attention_backward_units(head_dim, rate.cal) * core_fwd;
   } else if (lf.linear_core > 0) {
     core_fwd = rate.linear_attention(lf.linear_core * share);
