@@ -46,6 +46,26 @@ PackedMicrobatch fullest_microbatch(const LengthDistribution& dist, const Plan& 
   return best;
 }
 
+// A budget only caps a microbatch: where a larger one packs every drawn step as a smaller one did, the two rows are
+// one run. Keeps the first of each (the smaller budget: budgets ascend within a CP and the sort is stable).
+void drop_same_runs(std::vector<BatchCandidate>& top) {
+  auto layout = [](const BatchCandidate& c) {
+    nlohmann::json j = plan_to_json(c.plan);
+    j.erase("batches");
+    return j;
+  };
+  auto same = [&](const BatchCandidate& a, const BatchCandidate& b) {
+    const BatchEstimate &x = a.batches, &y = b.batches;
+    return x.step_mean == y.step_mean && x.peak_max_bytes == y.peak_max_bytes && x.tokens_max == y.tokens_max &&
+           x.microbatches_mean == y.microbatches_mean && layout(a) == layout(b);
+  };
+  std::vector<BatchCandidate> kept;
+  for (BatchCandidate& c : top)
+    if (std::none_of(kept.begin(), kept.end(), [&](const BatchCandidate& k) { return same(k, c); }))
+      kept.push_back(std::move(c));
+  top = std::move(kept);
+}
+
 }  // namespace
 
 BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const PlanSpace& space, const Hardware& hw,
@@ -108,6 +128,7 @@ BatchSearchResult search_batches(const ModelSpec& m, const Plan& base, const Pla
     b.batches = estimate_batches(m, b.plan, hw, cal, dist, o);
   }
   std::stable_sort(out.top.begin(), out.top.end(), faster);
+  drop_same_runs(out.top);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

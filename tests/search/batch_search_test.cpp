@@ -109,3 +109,32 @@ TEST_F(BatchSearch, TheReducedRecipeKeepsLocalTokensPerMicrobatchAtTheTarget) {
   EXPECT_NE(text.find("CP " + std::to_string(q.parallel.cp)), std::string::npos) << text;
   EXPECT_NE(text.find("tokens per GPU per microbatch"), std::string::npos) << text;
 }
+
+// A budget only caps a microbatch: a small batch (32 sequences over 4-8 DP ranks) packs every drawn step the same at
+// 2 and 4 times the least budget, and the table shows that run once, at the smaller budget.
+TEST_F(BatchSearch, OneRunIsOneRowWhateverItsBudget) {
+  Plan p = base();
+  p.global_batch = 32;
+  p.implementation = "megatron";
+  LengthDistribution d;
+  d.lengths = {4096, 16384, 65536, 131072};
+  d.weights = {200, 64, 16, 8};
+  SearchOptions opt = options();
+  opt.top_k = 10;
+  const BatchSearchResult r = search_batches(m, p, default_space(m, p), hw, cal(p), opt, d, packing());
+  ASSERT_GT(r.top.size(), 1u);
+  auto layout = [](const Plan& q) {
+    nlohmann::json j = plan_to_json(q);
+    j.erase("batches");
+    return j.dump();
+  };
+  for (size_t i = 0; i < r.top.size(); ++i)
+    for (size_t j = i + 1; j < r.top.size(); ++j) {
+      const BatchCandidate &a = r.top[i], &b = r.top[j];
+      const bool same = layout(a.plan) == layout(b.plan) && a.batches.step_mean == b.batches.step_mean &&
+                        a.batches.peak_max_bytes == b.batches.peak_max_bytes;
+      EXPECT_FALSE(same) << "rows " << i << " and " << j << " are one run at budgets " << a.tokens_per_microbatch
+                         << " and " << b.tokens_per_microbatch;
+      if (same) EXPECT_LT(a.tokens_per_microbatch, b.tokens_per_microbatch);
+    }
+}
