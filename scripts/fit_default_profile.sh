@@ -4,7 +4,7 @@
 #
 # --try tries a variant instead and writes nothing under data/: it fits into a temporary profile, validates it on
 # the corpus CI validates (with the leave-one-group-out refits) and prints every group against the record
-# (data/validation/recorded-errors.json), the article's path and the long-context rows. Options (any mode):
+# (data/validation/recorded-errors.json), the article's path (time and peak) and the long-context rows. Options (any mode):
 #   --data DIR                 the measurement files from DIR (a modified copy of data/validation/, models/ beside)
 #   --also FILE                fit FILE's rows too (a *-runs.json file found in the data)
 #   --fit KEYS, --per-hardware KEYS, --per-implementation KEYS    replace the key lists below
@@ -99,6 +99,9 @@ for kind in ("by_model", "by_hardware", "by_context"):
 rows = ["%s %+.1f%%" % (x["id"], 100 * (x["predicted"] / x["measured"] - 1)) for x in v["rows"]
         if x["quantity"] != "peak_bytes" and (x["id"].startswith("tuning") or x["id"].startswith("mz"))]
 print("article and long rows: " + ", ".join(rows))
+peaks = ["%s %+.1f%%" % (x["id"], 100 * (x["predicted"] / x["measured"] - 1)) for x in v["rows"]
+         if x["quantity"] == "peak_bytes" and x["id"].startswith("tuning")]
+print("article peaks: " + ", ".join(peaks))
 fitted = lambda c: {k: round(x["value"], 3) for k, x in c.items() if x.get("provenance", "").startswith("fitted")}
 print("fitted: %s" % fitted(prof["coefficients"]))
 for kind in ("per_implementation", "per_hardware"):
