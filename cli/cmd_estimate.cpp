@@ -61,6 +61,10 @@ void register_estimate(CLI::App& app, int& exit_code) {
                                                 std::to_string(b.worst.tokens) + " tokens); the drawn batches follow them\n");
         table += "\n" + batch_estimate_table(b, plan.batches->lengths, plan.batches->packing);
       }
+      // A new user's first plan often does not fit: name the command that finds one that does.
+      if (!e.fits_at_estimate)
+        table += "hint: lcplan search with the same --model, --gpus, --hardware and --seq (or --seq-lengths) lists the "
+                 "layouts that fit, fastest first\n";
       std::fputs(table.c_str(), stdout);
     }
     exit_code = 0;

@@ -439,6 +439,18 @@ TEST(GoodInvocation, EstimateReferencePlan) {
   EXPECT_TRUE(r.err.empty()) << r.err;
 }
 
+// A plan that does not fit names the command that finds one that does; one that fits does not.
+TEST(GoodInvocation, EstimateOfAPlanThatDoesNotFitPointsToSearch) {
+  const Outcome big = run_lcplan({"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k"});
+  ASSERT_EQ(big.status, 0) << big.err;
+  EXPECT_NE(big.out.find("DOES NOT FIT"), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("hint: lcplan search"), std::string::npos) << big.out;
+  const Outcome fits = run_lcplan({"estimate", "--model", "qwen3.5-35b-a3b", "--gpus", "32", "--seq", "128k", "--ep",
+                                   "8", "--cp", "4", "--fsdp", "--recompute", "full", "--linear-ce"});
+  ASSERT_EQ(fits.status, 0) << fits.err;
+  EXPECT_EQ(fits.out.find("hint: lcplan search"), std::string::npos) << fits.out;
+}
+
 // A run-setting flag given to lcplan beats the launch it starts from and is not a default any more: selective recompute
 // with Megatron's default modules, then --recompute-modules and --grad-dtype from the flag rows.
 TEST(GoodInvocation, RunSettingFlagOverridesAMegatronLaunch) {
