@@ -93,7 +93,7 @@ double predict_flat(const MeasuredCase& c, Quantity q, const Calibration& cal) {
 }  // namespace
 
 double predict(const MeasuredCase& c, Quantity q, const Calibration& profile) {
-  return predict_flat(c, q, calibration_for(profile, c.hw.name, c.meas.plan.implementation));
+  return predict_flat(c, q, calibration_for(profile, c.hw, c.meas.plan.implementation));
 }
 
 bool fitted_case(const MeasuredCase& c) { return c.meas.superseded_by.empty(); }
@@ -197,7 +197,7 @@ struct Problem {
       const MeasuredCase& c = cases[data[i].case_index];
       const auto key = std::make_pair(c.hw.name, c.meas.plan.implementation);
       auto it = resolved.find(key);
-      if (it == resolved.end()) it = resolved.emplace(key, calibration_for(cal, key.first, key.second)).first;
+      if (it == resolved.end()) it = resolved.emplace(key, calibration_for(cal, c.hw, key.second)).first;
       const double e = predict_flat(c, data[i].q, it->second) / data[i].measured - 1;
       double v = e;
       if (spec.huber_delta > 0) {  // pseudo-Huber: quadratic below delta, linear above (Hartley & Zisserman, A6.8)

@@ -39,7 +39,7 @@ std::string validate_run(const ValidateRunArgs& a, const std::string& data_dir) 
     const Calibration profile = load_calibration(a.calibration.empty() ? "default" : a.calibration, data_dir);
     require_known_implementation(profile, impl);
     const Hardware hw = load_hardware(a.hardware.empty() ? meas.plan.hardware : a.hardware, data_dir);
-    const Calibration cal = calibration_for(profile, hw.name, impl);
+    const Calibration cal = calibration_for(profile, hw, impl);
     const Comparison c = compare(sc.model, meas.plan, hw, cal, meas);
     if (a.json) {
       nlohmann::json j = comparison_to_json(c);

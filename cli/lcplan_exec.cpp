@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
       if (a.backend == "cuda") check_cuda_backend();
       // The executor's own implementation constants (its workspace reservation, its linear-CE tile).
       const lcplan::Calibration cal = lcplan::calibration_for(lcplan::load_calibration("default", dir),
-                                                              lcplan::load_hardware(plan.hardware, dir).name, "lcplan-exec");
+                                                              lcplan::load_hardware(plan.hardware, dir), "lcplan-exec");
       sc.plan.implementation = "lcplan-exec";
       o.steps = a.steps;
       o.seed = a.seed;

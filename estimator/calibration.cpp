@@ -7,6 +7,7 @@
 #include "common/json_file.h"
 #include "common/user_error.h"
 #include "estimator/frameworks.h"
+#include "estimator/hardware.h"
 
 namespace lcplan {
 
@@ -99,18 +100,40 @@ void require_known_implementation(const Calibration& profile, const std::string&
   throw UserError("unknown implementation \"" + implementation + "\" (valid: " + list + ")");
 }
 
-Calibration calibration_for(const Calibration& c, const std::string& hardware, const std::string& implementation) {
+namespace {
+
+// Base values, then each named layer's overrides in order (a later layer wins); provenance follows the value.
+Calibration resolve_layers(const Calibration& c, const std::vector<std::pair<const Calibration::Overrides*, std::string>>& layers) {
   Calibration out = c;
-  for (const auto* layer : {&c.per_hardware, &c.per_implementation}) {
-    const std::string name = layer == &c.per_hardware ? hardware : calibration_key(implementation);
-    const auto it = layer->find(name);
-    if (it == layer->end()) continue;
-    for (const auto& [key, o] : it->second) {
+  for (const auto& [layer, note] : layers) {
+    if (!layer) continue;
+    for (const auto& [key, o] : *layer) {
       out.*(find_coefficient(key)->member) = o.value;  // keys were checked when the profile was read
-      out.provenance[key] = o.provenance;
+      out.provenance[key] = o.provenance + note;
     }
   }
   return out;
+}
+
+const Calibration::Overrides* layer_of(const std::map<std::string, Calibration::Overrides>& m, const std::string& name) {
+  const auto it = m.find(name);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+Calibration calibration_for(const Calibration& c, const std::string& hardware, const std::string& implementation) {
+  return resolve_layers(c, {{layer_of(c.per_hardware, hardware), ""},
+                            {layer_of(c.per_implementation, calibration_key(implementation)), ""}});
+}
+
+Calibration calibration_for(const Calibration& c, const Hardware& hw, const std::string& implementation) {
+  const std::string chip = hw.same_chip_as.empty() || hw.same_chip_as == hw.name
+                               ? ""
+                               : " (" + hw.same_chip_as + "'s, the same chip as " + hw.name + ")";
+  return resolve_layers(c, {{chip.empty() ? nullptr : layer_of(c.per_hardware, hw.same_chip_as), chip},
+                            {layer_of(c.per_hardware, hw.name), ""},
+                            {layer_of(c.per_implementation, calibration_key(implementation)), ""}});
 }
 
 namespace {

@@ -24,6 +24,8 @@
 
 namespace lcplan {
 
+struct Hardware;
+
 // Relative residuals (predicted / measured - 1) of a profile's out-of-sample predictions: an estimate's band is
 // [predicted / (1 + high), predicted / (1 + low)] for the measured value.
 struct ErrorBand {
@@ -130,6 +132,9 @@ const CoefficientInfo* find_coefficient(const std::string& key);  // nullptr whe
 // The flat record for one (hardware, implementation): base values, then that hardware's overrides, then that
 // implementation's. Provenance follows the value. Unknown names simply have no overrides.
 Calibration calibration_for(const Calibration& c, const std::string& hardware, const std::string& implementation);
+// The same for a hardware profile: where the calibration has no overrides for it, those of the profile with the same
+// GPU die (`same_chip_as`: an H200's tensor cores and clocks are an H100's, so are its kernels' efficiencies).
+Calibration calibration_for(const Calibration& c, const Hardware& hw, const std::string& implementation);
 
 // Every base coefficient must be present with a value and a provenance; unknown keys are errors, except the retired
 // keys memory.main_grad_bytes and time.dist_opt_overlap (now the plan's optimizer.grad_dtype and comm overlap

@@ -39,6 +39,11 @@ Hardware hardware_from_json(const nlohmann::json& j, const std::string& name) {
   if (gpn != static_cast<int>(gpn) || gpn > 4096)
     throw UserError("hardware \"" + name + "\": field \"gpus_per_node\" must be a whole number up to 4096");
   h.gpus_per_node = static_cast<int>(gpn);
+  if (j.contains("same_chip_as")) {
+    if (!j.at("same_chip_as").is_string() || j.at("same_chip_as").get<std::string>().empty())
+      throw UserError("hardware \"" + name + "\": field \"same_chip_as\" must be the name of a hardware profile");
+    h.same_chip_as = j.at("same_chip_as").get<std::string>();
+  }
   if (j.contains("source") && j.at("source").is_string()) h.source = j.at("source").get<std::string>();
   return h;
 }

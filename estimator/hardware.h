@@ -22,6 +22,8 @@ struct Hardware {
   double network_bandwidth = 0;    // bytes/s per GPU per direction across nodes
   double host_bandwidth = 0;       // bytes/s per GPU per direction to host memory (PCIe or C2C), for offload
   int gpus_per_node = 8;           // GPUs behind one NVLink domain (NVL72: 72)
+  std::string same_chip_as;        // a profile with the same GPU die (H200, H800: H100's), whose fitted kernel
+                                   // efficiencies a calibration without this one's applies (calibration_for)
   std::string source;
 };
 

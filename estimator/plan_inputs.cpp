@@ -45,11 +45,11 @@ PlanInputs load_plan_inputs(Plan& plan, const std::string& dir, const InputChoic
   if (c.with_calibration) {
     in.profile = profile();
     require_known_implementation(in.profile, plan.implementation);
-    in.calibration = calibration_for(in.profile, in.hardware.name, plan.implementation);
+    in.calibration = calibration_for(in.profile, in.hardware, plan.implementation);
     in.assumed = resolve_run_defaults(plan, in.model, in.calibration, c.search);
   } else if (plan.assumed) {
     // A measured run's plan: its calibration is resolved later, its unset settings from the profile named here.
-    in.assumed = resolve_run_defaults(plan, in.model, calibration_for(profile(), in.hardware.name, plan.implementation), c.search);
+    in.assumed = resolve_run_defaults(plan, in.model, calibration_for(profile(), in.hardware, plan.implementation), c.search);
   }
   return in;
 }

@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     p = plan_from_json(recipe);
     if (!find_framework(p.implementation)) return 0;  // a profile's own implementation: nothing to look up
-    const Calibration cal = calibration_for(profile, hw.name, p.implementation);
+    const Calibration cal = calibration_for(profile, hw, p.implementation);
     resolve_run_defaults(p, model, cal);
     fuzz::require(p.assumed == 0, "resolution leaves no setting unset");
     if (check_plan(model, p) || !framework_support_error(model, p).empty()) return 0;

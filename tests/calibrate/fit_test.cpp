@@ -9,7 +9,9 @@
 #include "calibrate/calibrate_fit.h"
 #include "calibrate/validate.h"
 #include "common/data_dir.h"
+#include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/hardware.h"
 
 namespace lcplan {
 namespace {
@@ -212,6 +214,34 @@ TEST_F(Fixture, AnImplementationsOverridesAreTheOnesItReads) {
   ASSERT_EQ(fitted.per_implementation.count("megatron"), 1u);
   EXPECT_NEAR(fitted.per_implementation.at("megatron").at("time.gemm_efficiency").value, 0.62, 0.01);
   EXPECT_NEAR(predict(cs[0], Quantity::TflopsPerGpu, fitted), cs[0].meas.tflops_per_gpu.value(), 0.01 * cs[0].meas.tflops_per_gpu.value());
+}
+
+// A hardware profile of the same die as a fitted one (H200 and H800: H100's GH100) reads that one's overrides where
+// the profile has none of its own; its own win key by key, and a plain name reads only its own.
+TEST_F(Fixture, TheSameChipsOverridesServeAHardwareWithoutItsOwn) {
+  const Calibration def = load_calibration("default", data_dir());
+  ASSERT_EQ(def.per_hardware.count("h200"), 0u);
+  const auto& h100 = def.per_hardware.at("h100-sxm-80gb");
+  ASSERT_TRUE(h100.count("time.grouped_gemm_efficiency"));
+  const Hardware h200 = load_hardware("h200", data_dir());
+  ASSERT_EQ(h200.same_chip_as, "h100-sxm-80gb");
+  const Calibration c = calibration_for(def, h200, "megatron");
+  EXPECT_EQ(c.grouped_gemm_efficiency, h100.at("time.grouped_gemm_efficiency").value);
+  EXPECT_NE(c.provenance.at("time.grouped_gemm_efficiency").find("the same chip as h200"), std::string::npos);
+  EXPECT_EQ(calibration_for(def, "h200", "megatron").grouped_gemm_efficiency, def.grouped_gemm_efficiency);
+  Calibration own = def;
+  own.per_hardware["h200"]["time.gemm_efficiency"] = {0.123, "test"};
+  const Calibration o = calibration_for(own, h200, "megatron");
+  EXPECT_EQ(o.gemm_efficiency, 0.123);
+  EXPECT_EQ(o.grouped_gemm_efficiency, h100.at("time.grouped_gemm_efficiency").value);
+  nlohmann::json bad = read_json_file(data_dir() + "/data/hardware/h200.json", "hardware");
+  bad["same_chip_as"] = 5;
+  try {
+    hardware_from_json(bad, "h200");
+    ADD_FAILURE() << "a same_chip_as that is not a name was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("same_chip_as"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

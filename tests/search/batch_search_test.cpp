@@ -135,6 +135,8 @@ TEST_F(BatchSearch, OneRunIsOneRowWhateverItsBudget) {
                         a.batches.peak_max_bytes == b.batches.peak_max_bytes;
       EXPECT_FALSE(same) << "rows " << i << " and " << j << " are one run at budgets " << a.tokens_per_microbatch
                          << " and " << b.tokens_per_microbatch;
-      if (same) EXPECT_LT(a.tokens_per_microbatch, b.tokens_per_microbatch);
+      if (same) {
+        EXPECT_LT(a.tokens_per_microbatch, b.tokens_per_microbatch);
+      }
     }
 }

@@ -5,6 +5,7 @@
 
 #include "common/data_dir.h"
 #include "estimator/estimate.h"
+#include "estimator/plan_rules.h"
 #include "models/zoo.h"
 
 namespace lcplan {
@@ -70,6 +71,32 @@ TEST_P(Fixture, Pp1BeatsPp2) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ShippedProfiles, Fixture, ::testing::Values(0, 1, 2));
+
+// The same chip with more memory bandwidth is never slower: every zoo model's reduced layout on 32 H200 (the H100 die
+// with HBM3e, data/hardware/h200.json) takes at most the time it takes on 32 H100, under the default profile.
+TEST(Consistency, AnH200IsNoSlowerThanAnH100) {
+  const Calibration def = load_calibration("default", data_dir());
+  const Hardware h100 = load_hardware("h100-sxm-80gb", data_dir()), h200 = load_hardware("h200", data_dir());
+  int compared = 0;
+  for (const std::string& name : zoo_names(data_dir())) {
+    SCOPED_TRACE(name);
+    const ModelSpec m = load_model(name, data_dir());
+    Plan p;
+    p.model = name;
+    p.gpus = 32;
+    p.seq_len = 8192;
+    p.global_batch = 64;
+    p.parallel.ep = m.moe.num_experts > 0 ? 8 : 1;
+    p.optimizer_sharding = OptimizerSharding::Fsdp;
+    p.recompute = Recompute::Full;
+    if (check_plan(m, p)) continue;
+    const double t100 = estimate_time(m, p, h100, calibration_for(def, h100, p.implementation)).step_seconds;
+    const double t200 = estimate_time(m, p, h200, calibration_for(def, h200, p.implementation)).step_seconds;
+    EXPECT_LE(t200, t100 * (1 + 1e-9));
+    ++compared;
+  }
+  EXPECT_GE(compared, 15);
+}
 
 }  // namespace
 }  // namespace lcplan
