@@ -1,6 +1,7 @@
 #include "estimator/derived_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace lcplan {
 
@@ -12,10 +13,18 @@ double hidden_tokens(const Plan& p) {
 }
 
 double routed_load_factor(const Plan& p) {
-  if (p.moe.capacity_factor <= 0) return p.moe.routing_imbalance;
+  // HybridEP drops what a rank receives beyond its budget (megatron-settings.md, moe_expert_rank_capacity_factor).
+  const double budget = p.moe.rank_capacity_factor > 0 ? p.moe.rank_capacity_factor : HUGE_VAL;
+  if (p.moe.capacity_factor <= 0) return std::min(p.moe.routing_imbalance, budget);
   // Megatron pads every expert to capacity = ceil(tokens / experts x cf) with --moe-pad-expert-input-to-capacity;
   // without it the busiest rank keeps its tokens up to that capacity (moe_utils.py get_capacity).
-  return p.moe.pad_to_capacity ? p.moe.capacity_factor : std::min(p.moe.capacity_factor, p.moe.routing_imbalance);
+  return std::min(budget, p.moe.pad_to_capacity ? p.moe.capacity_factor
+                                                : std::min(p.moe.capacity_factor, p.moe.routing_imbalance));
+}
+
+bool static_moe_shapes(const Plan& p) {
+  return (p.moe.capacity_factor > 0 && p.moe.pad_to_capacity) ||
+         (p.moe.dispatcher == MoeDispatcher::HybridEP && p.moe.rank_capacity_factor > 0 && p.moe.paged_stash);
 }
 
 namespace {

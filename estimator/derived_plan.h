@@ -28,7 +28,11 @@ double hidden_tokens(const Plan& p);  // local_tokens / tp under sequence parall
 // Busiest rank's routed tokens over the mean: token dropping with padding pads every expert to its capacity (Megatron
 // --moe-pad-expert-input-to-capacity), so capacity_factor; without padding the imbalance up to the capacity factor;
 // dropless routing carries the imbalance.
+// HybridEP's per-rank budget (moe.rank_capacity_factor) caps it the same way: what exceeds the budget is dropped.
 double routed_load_factor(const Plan& p);
+// The MoE layer's shapes are static, so a CUDA graph captures it and no host sync sizes its buffers: token dropping
+// padded to capacity, or HybridEP's per-rank budget with the paged stash (megatron-settings.md section 4, "MoE").
+bool static_moe_shapes(const Plan& p);
 
 // Parameters of one layer (or FSDP unit) on this GPU, before optimizer/FSDP sharding.
 struct UnitParams {

@@ -201,7 +201,7 @@ void read_moe(const nlohmann::json& j, Plan& p) {
   if (!j.contains("moe")) return;
   const auto& m = j.at("moe");
   check_keys(m, {"ep_chunks", "routing_imbalance", "capacity_factor", "a2a_overlap", "dispatcher", "routing", "router_dtype",
-                 "permute_fusion", "pad_to_capacity"},
+                 "permute_fusion", "pad_to_capacity", "rank_capacity_factor", "paged_stash"},
              "plan \"moe\"");
   const std::string w = "plan: moe.";
   p.moe.ep_chunks = get_int(m, "ep_chunks", w, 1);
@@ -210,6 +210,8 @@ void read_moe(const nlohmann::json& j, Plan& p) {
   p.moe.a2a_overlap = get_bool(m, "a2a_overlap", w, false);
   p.moe.dispatcher = parse_dispatcher(get_string(m, "dispatcher", w, "alltoall"));
   p.moe.pad_to_capacity = get_bool(m, "pad_to_capacity", w, true);
+  p.moe.rank_capacity_factor = get_double(m, "rank_capacity_factor", w, 0.0);
+  p.moe.paged_stash = get_bool(m, "paged_stash", w, false);
   if (m.contains("routing")) {
     p.moe.routing = parse_routing(get_string(m, "routing", w, ""));
     p.assumed &= ~kFieldRouting;
@@ -393,6 +395,8 @@ void write_run_settings(const Plan& p, nlohmann::json& j) {
   if (given(kFieldRouterDtype)) moe["router_dtype"] = to_string(p.moe.router_dtype);
   if (given(kFieldPermuteFusion)) moe["permute_fusion"] = p.moe.permute_fusion;
   if (p.moe.capacity_factor > 0) moe["pad_to_capacity"] = p.moe.pad_to_capacity;
+  if (p.moe.rank_capacity_factor > 0) moe["rank_capacity_factor"] = p.moe.rank_capacity_factor;
+  if (p.moe.paged_stash) moe["paged_stash"] = true;
   nlohmann::json opt = nlohmann::json::object();
   if (given(kFieldGradDtype)) opt["grad_dtype"] = to_string(p.optimizer.grad);
   if (given(kFieldOptimizerDtypes)) {

@@ -54,6 +54,10 @@ struct MoeOptions {
   Dtype router_dtype = Dtype::FP32;   // router logits and probabilities (--moe-router-dtype; absent: the model's bf16)
   bool permute_fusion = true;         // fused permute/unpermute kernels (--moe-permute-fusion)
   bool pad_to_capacity = true;        // token dropping: experts padded to capacity (--moe-pad-expert-input-to-capacity)
+  double rank_capacity_factor = 0;    // HybridEP: a rank receives at most this x its balanced routed copies, the rest
+                                      // dropped (--moe-expert-rank-capacity-factor; 0 = no budget)
+  bool paged_stash = false;           // expert activations in a paged stash, so the budgeted HybridEP layer has static
+                                      // buffers (--moe-paged-stash)
 };
 
 struct Plan {

@@ -116,10 +116,11 @@ std::optional<RuleViolation> cuda_graph_rule(const ModelSpec& m, const Plan& p) 
                        " contradicts impl full_iteration (it captures the whole iteration; give no modules)");
   const bool moe = has_moe(m);
   const bool captures_moe = g.impl == GraphImpl::FullIteration || g.modules == 0 || (g.modules & kGraphMoe);
-  if (moe && captures_moe && !(p.moe.capacity_factor > 0 && p.moe.pad_to_capacity))
+  if (moe && captures_moe && !static_moe_shapes(p))
     return fail(r, std::string("cuda_graphs ") + (g.modules & kGraphMoe ? "module moe" : g.impl == GraphImpl::FullIteration ? "full_iteration" : "of the whole layer") +
                        " captures a dropless MoE layer, which is not capturable (set a capacity_factor with "
-                       "pad_to_capacity, or capture attn, moe_router, moe_preprocess)");
+                       "pad_to_capacity, or HybridEP's rank_capacity_factor with paged_stash, or capture attn, "
+                       "moe_router, moe_preprocess)");
   if (p.offload.activations)
     return fail(r, "cuda_graphs contradicts offload.activations (layer-level CPU offloading is blocked by CUDA graphs; "
                    "give one)");
@@ -219,6 +220,16 @@ std::optional<RuleViolation> moe_option_rules(const ModelSpec& m, const Plan& p)
     return fail(Rule::MoeRouting, "routing_imbalance = " + std::to_string(p.moe.routing_imbalance) + " is out of range (valid: 1 to 64; 1 = balanced)");
   if (!(p.moe.capacity_factor >= 0) || p.moe.capacity_factor > 64)
     return fail(Rule::MoeRouting, "capacity_factor = " + std::to_string(p.moe.capacity_factor) + " is out of range (valid: 0 = dropless, or up to 64)");
+  if (!(p.moe.rank_capacity_factor >= 0) || p.moe.rank_capacity_factor > 64)
+    return fail(Rule::MoeRouting, "rank_capacity_factor = " + std::to_string(p.moe.rank_capacity_factor) +
+                                      " is out of range (valid: 0 = no per-rank budget, or up to 64)");
+  if (p.moe.rank_capacity_factor > 0 && (!moe || p.moe.dispatcher != MoeDispatcher::HybridEP))
+    return fail(Rule::MoeRouting, std::string("rank_capacity_factor is HybridEP's per-rank budget, but the plan's ") +
+                                      (moe ? "dispatcher is " + std::string(to_string(p.moe.dispatcher)) : "model has no MoE layers") +
+                                      " (valid: dispatcher hybridep, or rank_capacity_factor 0)");
+  if (p.moe.paged_stash && !(p.moe.rank_capacity_factor > 0))
+    return fail(Rule::MoeRouting, "paged_stash needs HybridEP's rank_capacity_factor (Megatron pairs --moe-paged-stash with "
+                                  "--moe-expert-rank-capacity-factor; give one or turn paged_stash off)");
   return std::nullopt;
 }
 

@@ -81,7 +81,7 @@ LaunchShares graph_launch_shares(const Plan& p, const Calibration& cal) {
   LaunchShares s;
   const CudaGraphs& g = p.cuda_graphs;
   // Token dropping with padding has static shapes, so the MoE layer is capturable and needs no host sync.
-  const bool static_moe = p.moe.capacity_factor > 0 && p.moe.pad_to_capacity;
+  const bool static_moe = static_moe_shapes(p);
   if (g.impl == GraphImpl::None) return s;
   // A captured graph replays its kernels without their host launches (CUDA graphs; Megatron-Bridge
   // docs/training/cuda-graphs.md: "removes per-kernel host launch and driver overhead").

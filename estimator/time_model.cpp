@@ -196,7 +196,6 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   const double h = m.hidden;
   const int n = d.moe_chunks;
   const LayerFlops& lf = moe_kind(d)->flops;
-  const bool dropping = d.plan->moe.capacity_factor > 0;
   const double sp_tp = d.sequence_parallel ? d.tp.size : 1.0;
   const double copies = d.routed_tokens;  // routed token copies on this rank, busiest rank's load
   const double flops_per_copy = lf.routed / (d.seq * e.top_k) / d.plan->parallel.etp;
@@ -230,7 +229,7 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   // device-to-host sync); token dropping with padding has static shapes and skips it, as a captured graph does.
   const std::pair<double, double> exchange = dispatch_seconds(d, rate, copies, n);
   const double dispatch = exchange.first, a2a = exchange.second;
-  const bool static_shapes = dropping && d.plan->moe.pad_to_capacity;
+  const bool static_shapes = static_moe_shapes(*d.plan);
   const double sync = static_shapes || !rate.launch.sync ? 0 : cal.moe_sync_seconds;
   // Kernels of one chunk's expert step, less what a CUDA graph captures.
   const double floor = cal.kernels_per_moe_chunk * cal.launch_seconds * rate.launch.moe_chunk;

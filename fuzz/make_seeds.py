@@ -142,6 +142,8 @@ run_settings = {
     "graphs-full": {"cuda_graphs": {"impl": "full_iteration"}, "moe": {"capacity_factor": 1.0, "pad_to_capacity": True}},
     "dispatchers": {"moe": {"dispatcher": "hybridep", "routing": "aux_loss", "routing_imbalance": 1.3, "router_dtype": "fp64",
                             "permute_fusion": False, "a2a_overlap": True}},
+    "hybridep-stash": {"cuda_graphs": {"impl": "full_iteration"},
+                       "moe": {"dispatcher": "hybridep", "rank_capacity_factor": 1.5, "paged_stash": True}},
     "comm": {"comm": {"overlap_grad_reduce": False, "overlap_param_gather": True, "tp_overlap": True, "cp": "a2a"}},
     "fp8": {"precision": "fp8", "fp8": {"recipe": "blockwise", "param_gather": True, "attention": True}},
     "bumblebee": {"implementation": "bumblebee", "moe": {"ep_chunks": 2}},

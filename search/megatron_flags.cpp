@@ -768,6 +768,33 @@ std::vector<MegatronRow> moe_and_precision_rows() {
                     [](Plan& p, const std::string& t) {
                       p.moe.pad_to_capacity = parse_on_off(t, "--pad-to-capacity"), p.assumed &= ~kFieldPadToCapacity;
                     }}}},
+      // HybridEP's per-rank token budget and the paged stash of expert activations: together a dropless HybridEP layer
+      // gets static buffers and full_iteration graphs capture it (megatron-settings.md sections 4 and 5).
+      {.field = "moe.rank_capacity_factor, moe.paged_stash",
+       .flags = {{"--moe-expert-rank-capacity-factor", Arity::One}, {"--moe-paged-stash", Arity::Switch}},
+       .fidelity = Fidelity::Exact,
+       .note = "",
+       .read = [](MegatronReading& r) {
+         if (const auto f = r.f.number("--moe-expert-rank-capacity-factor", 0, 64, "a positive per-rank capacity factor, up to 64"))
+           r.p.moe.rank_capacity_factor = *f;
+         r.p.moe.paged_stash = r.f.on("--moe-paged-stash");
+       },
+       .emit = [](MegatronEmission& e) {
+         if (e.p.moe.rank_capacity_factor > 0)
+           e.flags << " --moe-expert-rank-capacity-factor " << number_text(e.p.moe.rank_capacity_factor);
+         if (e.p.moe.paged_stash) e.flags << " --moe-paged-stash";
+       },
+       .expressed = [](const Plan& p, FieldValues& v) {
+         add(v, "moe.rank_capacity_factor", p.moe.rank_capacity_factor);
+         add(v, "moe.paged_stash", p.moe.paged_stash);
+       },
+       .lcplan = {{"--rank-capacity-factor", "HybridEP: a rank receives at most this x its balanced routed tokens (0 = no budget)",
+                    [](Plan& p, const std::string& t) {
+                      p.moe.rank_capacity_factor =
+                          parse_number(t, "--rank-capacity-factor", 0, 64, "0 = no per-rank budget, or up to 64");
+                    }},
+                   {"--paged-stash", "on or off: HybridEP's expert activations in a paged stash (static buffers)",
+                    [](Plan& p, const std::string& t) { p.moe.paged_stash = parse_on_off(t, "--paged-stash"); }}}},
       {.field = "precision",
        .flags = {{"--bf16", Arity::Switch}, {"--fp16", Arity::Switch}, {"--fp8-format", Arity::One, "fp8"},
                  {"--fp8-recipe", Arity::One}, {"--fp4-format", Arity::One, "fp4"}, {"--fp4-recipe", Arity::One}},

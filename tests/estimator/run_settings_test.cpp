@@ -229,6 +229,44 @@ TEST(RunSettings, CapacityWithAndWithoutPadding) {
   EXPECT_DOUBLE_EQ(routed_load_factor(p), 1.2);
   p.moe.routing_imbalance = 2;
   EXPECT_DOUBLE_EQ(routed_load_factor(p), 1.5);
+  // HybridEP's per-rank budget drops what a rank receives beyond it (megatron-settings.md, dropless otherwise).
+  Plan h = toy_plan();
+  h.moe.dispatcher = MoeDispatcher::HybridEP;
+  h.moe.routing_imbalance = 2;
+  h.moe.rank_capacity_factor = 1.5;
+  EXPECT_DOUBLE_EQ(routed_load_factor(h), 1.5);
+  h.moe.routing_imbalance = 1.2;
+  EXPECT_DOUBLE_EQ(routed_load_factor(h), 1.2);
+}
+
+// HybridEP's per-rank budget with the paged stash gives a dropless layer static buffers (megatron-settings.md section
+// 4, "MoE"): full_iteration graphs capture it, the launch term and the host count sync go; without the stash the
+// layer is refused, and a budget needs HybridEP.
+TEST_F(Zoo, HybridEpBudgetAndPagedStashMakeTheLayerCapturable) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = zoo_plan("qwen3-30b-a3b", 8, 4096);
+  p.parallel.ep = 8;
+  p.moe.dispatcher = MoeDispatcher::HybridEP;
+  p.moe.rank_capacity_factor = 1.5;
+  const TimeEstimate eager = time(m, p);
+  EXPECT_GT(eager.breakdown.launch_overhead, 0);
+  p.cuda_graphs = {GraphImpl::FullIteration, 0};
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("paged_stash"), std::string::npos) << check_plan(m, p)->message;
+  p.moe.paged_stash = true;
+  ASSERT_FALSE(check_plan(m, p)) << check_plan(m, p)->message;
+  const TimeEstimate full = time(m, p);
+  EXPECT_EQ(full.breakdown.launch_overhead, 0);
+  EXPECT_LT(full.step_seconds, eager.step_seconds);
+  // Eager, the budgeted layer's static shapes skip the host count sync that dropless routing needs.
+  Plan stash = p, dropless = p;
+  stash.cuda_graphs = {};
+  dropless.cuda_graphs = {}, dropless.moe.paged_stash = false, dropless.moe.rank_capacity_factor = 0;
+  EXPECT_LT(time(m, stash).breakdown.compute_moe, time(m, dropless).breakdown.compute_moe);
+  Plan a2a = dropless;
+  a2a.moe.dispatcher = MoeDispatcher::AllToAll, a2a.moe.rank_capacity_factor = 1.5;
+  ASSERT_TRUE(check_plan(m, a2a));
+  EXPECT_NE(check_plan(m, a2a)->message.find("hybridep"), std::string::npos) << check_plan(m, a2a)->message;
 }
 
 // Megatron-LM MoE README "FP8 Training": fp8 parameters keep no bf16 copy and are all-gathered in fp8, half of bf16.

@@ -210,6 +210,9 @@ TEST(Flags, EveryPlanFlagIsRead) {
       {"--cross-entropy-loss-fusion --cross-entropy-fusion-impl te", [](const Plan& p) { return !p.linear_ce; }},
       {"--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity", [](const Plan& p) { return p.moe.capacity_factor == 1.25; }},
       {"--moe-router-force-load-balancing", [](const Plan& p) { return p.moe.routing_imbalance == 1.0; }},
+      {"--expert-model-parallel-size 8 --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep "
+       "--moe-expert-rank-capacity-factor 1.5 --moe-paged-stash",
+       [](const Plan& p) { return p.moe.rank_capacity_factor == 1.5 && p.moe.paged_stash; }},
       {"--expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm --delay-wgrad-compute",
        [](const Plan& p) { return p.moe.ep_chunks == 1; }},  // the calibration's ep_overlap, not a plan field
       {"--bf16", [](const Plan& p) { return p.precision == Precision::BF16; }},
@@ -525,6 +528,11 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
       {"token dropping with padding to capacity", "qwen3-30b-a3b", [](Plan& p) {
          p = zoo_plan(p.model, 64, 4096);
          p.parallel.ep = 16, p.moe.capacity_factor = 1.2345678, p.micro_batch = 2, p.global_batch = 256;
+       }},
+      {"HybridEP with a per-rank budget and the paged stash under full-iteration CUDA graphs", "qwen3-30b-a3b", [](Plan& p) {
+         p = zoo_plan(p.model, 64, 4096);
+         p.parallel.ep = 8, p.moe.dispatcher = MoeDispatcher::HybridEP, p.moe.rank_capacity_factor = 1.5;
+         p.moe.paged_stash = true, p.cuda_graphs.impl = GraphImpl::FullIteration, p.global_batch = 256;
        }},
       {"TP + PP + CP + EP at once, DeepSeek", "deepseek-v3", [](Plan& p) {
          p = zoo_plan(p.model, 1024, 32768);
