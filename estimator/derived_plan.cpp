@@ -391,8 +391,24 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
   d.pp = group_facts(d.layout, Group::PP, d.gpus_per_node);
   d.dp_cp = group_facts(d.layout, Group::DP_CP, d.gpus_per_node);
   d.edp_group = group_facts(d.layout, Group::EDP, d.gpus_per_node);
+  // Megatron builds each instance from consecutive DP ranks (parallel_state.py intra_distributed_optimizer_instance
+  // groups): an instance spans its share of the DP group's nodes, and the ranks across instances sit on as many nodes.
+  const auto split_group = [&](const GroupFacts& g, GroupFacts& shard, GroupFacts& across) {
+    const int n = std::max(1, p.optimizer.instances);
+    shard = g, across = GroupFacts{};
+    if (n == 1 || g.size % n != 0) return;
+    shard.size = g.size / n;
+    shard.nodes = std::max(1, (g.nodes + n - 1) / n);
+    shard.tier = shard.nodes == 1 ? LinkTier::NVLink : LinkTier::Network;
+    across.size = n;
+    across.nodes = std::min(n, g.nodes);
+    across.tier = across.nodes == 1 ? LinkTier::NVLink : LinkTier::Network;
+  };
+  split_group(d.dp_cp, d.dp_shard, d.dp_instances);
+  split_group(d.edp_group, d.edp_shard, d.edp_instances);
   d.communicators =
-      (q.tp > 1) + (q.cp > 1) + (d.dp * q.cp > 1) + (q.pp > 1) + (q.ep > 1) + (q.etp > 1) + (d.edp > 1);
+      (q.tp > 1) + (q.cp > 1) + (d.dp * q.cp > 1) + (q.pp > 1) + (q.ep > 1) + (q.etp > 1) + (d.edp > 1) +
+      (d.dp_instances.size > 1) + (d.edp_instances.size > 1);
 
   SplitResult split = split_layers(int(m.layers.size()), q.pp, q.vpp, p.pipeline);
   if (!split.ok) throw std::logic_error("derive_plan on an invalid plan: " + split.error);

@@ -116,6 +116,9 @@ struct DerivedPlan {
   RankLayout layout;
   int gpus_per_node = 8;
   GroupFacts tp, cp, ep, pp, dp_cp, edp_group;
+  // The distributed optimizer's shard groups and the groups across its instances (optimizer.instances): dp_cp and
+  // edp_group split into that many consecutive parts; the same groups as above with one instance.
+  GroupFacts dp_shard, edp_shard, dp_instances, edp_instances;
   int communicators = 0;        // NCCL communicators this rank belongs to
 
   // Layers and stages.

@@ -169,7 +169,7 @@ std::vector<std::string> resolve_run_defaults(Plan& p, const ModelSpec& m, const
   take(kFieldGradDtype, true, [&] { p.optimizer.grad = d.optimizer.grad; }, std::string("grad_dtype ") + to_string(d.optimizer.grad));
   take(kFieldOptimizerDtypes, true, [&] { p.optimizer = OptimizerNumerics{p.optimizer.grad, d.optimizer.main_params,
                                                                           d.optimizer.exp_avg, d.optimizer.exp_avg_sq,
-                                                                          d.optimizer.precision_aware}; },
+                                                                          d.optimizer.precision_aware, p.optimizer.instances}; },
        "optimizer " + optimizer_words(d.optimizer));
   take(kFieldFp8Recipe, fp8, [&] { p.fp8.recipe = d.fp8.recipe; }, std::string("fp8 recipe ") + to_string(d.fp8.recipe));
   // Megatron-Bridge's fp8 presets gather fp8 parameters except blockwise and nvfp4 (training/mixed_precision.py).

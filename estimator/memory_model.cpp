@@ -30,6 +30,8 @@ MemoryBreakdown static_terms(const DerivedPlan& d, const StageRecord& sr, const 
   const UnitParams& sp = sr.params;
   const double dense_shard = double(d.dp) * p.parallel.cp;  // ranks sharing the same dense parameters (dist-opt group)
   const double edp = d.edp;                                  // expert data parallel size
+  // Dist-opt instances shard the state over DP / instances, one copy per instance (megatron-settings.md section 1).
+  const double instances = p.optimizer_sharding == OptimizerSharding::DistOpt ? std::max(1, p.optimizer.instances) : 1;
   const double grad_b = grad_bytes_per_param(p);
   const double param_b = param_bytes_per_param(p, cal);
   const double adam_b = optimizer_state_bytes_per_param(p);
@@ -43,7 +45,7 @@ MemoryBreakdown static_terms(const DerivedPlan& d, const StageRecord& sr, const 
     case OptimizerSharding::DistOpt:  // ZeRO-1: optimizer sharded over DP*CP (dense) and expert-DP (experts)
       stat.params = param_b * (sp.dense + sp.expert);
       stat.grads = grad_b * (sp.dense + sp.expert);
-      stat.optimizer = adam_b * (sp.dense / dense_shard + sp.expert / edp);
+      stat.optimizer = adam_b * instances * (sp.dense / dense_shard + sp.expert / edp);
       break;
     case OptimizerSharding::Fsdp: {  // ZeRO-3: everything sharded over the same groups
       const double shard = sp.dense / dense_shard + sp.expert / edp;

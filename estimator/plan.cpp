@@ -234,7 +234,8 @@ void read_optimizer(const nlohmann::json& j, Plan& p) {
   p.assumed |= kFieldGradDtype | kFieldOptimizerDtypes;
   if (!j.contains("optimizer")) return;
   const auto& o = j.at("optimizer");
-  check_keys(o, {"grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "precision_aware"}, "plan \"optimizer\"");
+  check_keys(o, {"grad_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "precision_aware", "instances"},
+             "plan \"optimizer\"");
   const std::string w = "plan: optimizer.";
   OptimizerNumerics& n = p.optimizer;
   if (o.contains("grad_dtype")) n.grad = parse_dtype(get_string(o, "grad_dtype", w, ""), "optimizer grad_dtype", kGradDtypes), p.assumed &= ~kFieldGradDtype;
@@ -244,6 +245,7 @@ void read_optimizer(const nlohmann::json& j, Plan& p) {
   n.exp_avg = parse_dtype(get_string(o, "exp_avg_dtype", w, "fp32"), "optimizer exp_avg_dtype", kMomentDtypes);
   n.exp_avg_sq = parse_dtype(get_string(o, "exp_avg_sq_dtype", w, "fp32"), "optimizer exp_avg_sq_dtype", kMomentDtypes);
   n.precision_aware = get_bool(o, "precision_aware", w, false);
+  n.instances = get_int(o, "instances", w, 1);
 }
 
 void read_fp8(const nlohmann::json& j, Plan& p) {
@@ -405,6 +407,7 @@ void write_run_settings(const Plan& p, nlohmann::json& j) {
     opt["exp_avg_sq_dtype"] = to_string(p.optimizer.exp_avg_sq);
     opt["precision_aware"] = p.optimizer.precision_aware;
   }
+  if (p.optimizer.instances != 1) opt["instances"] = p.optimizer.instances;
   if (!opt.empty()) j["optimizer"] = opt;
   nlohmann::json fp8 = nlohmann::json::object();
   if (given(kFieldFp8Recipe)) fp8["recipe"] = to_string(p.fp8.recipe);

@@ -67,6 +67,19 @@ std::optional<RuleViolation> run_settings_rule(const ModelSpec& m, const Plan& p
   if (!o.precision_aware && (o.main_params != Dtype::FP32 || o.exp_avg != Dtype::FP32 || o.exp_avg_sq != Dtype::FP32))
     return fail(r, "optimizer state dtypes other than fp32 need optimizer.precision_aware = true (Megatron-LM's "
                    "--use-precision-aware-optimizer)");
+  if (o.instances < 1 || o.instances > 1024)
+    return fail(r, "optimizer.instances = " + std::to_string(o.instances) + " is out of range (valid: 1 to 1024)");
+  if (o.instances > 1) {
+    const Parallel& q = p.parallel;
+    const int dp_cp = p.gpus / (q.tp * q.pp), edp = dp_cp * q.tp / (q.ep * q.etp);
+    if (p.optimizer_sharding != OptimizerSharding::DistOpt)
+      return fail(r, "optimizer.instances = " + std::to_string(o.instances) + " shards the distributed optimizer, but the "
+                     "plan's sharding is " + to_string(p.optimizer_sharding) + " (valid: dist_opt, or instances 1)");
+    if (dp_cp % o.instances != 0 || edp % o.instances != 0)
+      return fail(r, "optimizer.instances = " + std::to_string(o.instances) + " must divide the data-parallel group (" +
+                         std::to_string(dp_cp) + " ranks with cp) and the expert data-parallel group (" +
+                         std::to_string(edp) + ")");
+  }
   if (p.offload.optimizer && !(p.offload.optimizer_fraction > 0 && p.offload.optimizer_fraction <= 1))
     return fail(r, "offload.optimizer_fraction = " + std::to_string(p.offload.optimizer_fraction) +
                        " is out of range (valid: above 0, up to 1)");

@@ -25,6 +25,8 @@ struct OptimizerNumerics {
   Dtype exp_avg = Dtype::FP32;      // Adam first moment (--exp-avg-dtype)
   Dtype exp_avg_sq = Dtype::FP32;   // Adam second moment (--exp-avg-sq-dtype)
   bool precision_aware = false;     // --use-precision-aware-optimizer (TE FusedAdam): allows the dtypes above
+  int instances = 1;                // distributed-optimizer instances (--num-distributed-optimizer-instances): the
+                                    // state sharded over DP / instances, one copy per instance
   bool operator==(const OptimizerNumerics&) const = default;
 };
 

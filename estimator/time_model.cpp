@@ -651,7 +651,7 @@ After after_pipeline(const DerivedPlan& d, const KernelRates& rate, const StageC
     // Optimizer step: memory-bound Adam over this rank's optimizer shard.
     const double shard = p.optimizer_sharding == OptimizerSharding::None
                              ? dense + expert
-                             : dense / std::max(1, d.dp_cp.size) + expert / std::max(1, d.edp_group.size);
+                             : dense / std::max(1, d.dp_shard.size) + expert / std::max(1, d.edp_shard.size);
     a.optimizer = optimizer_step_seconds(p, rate, shard, host_bw) + grad_clip_seconds(d, rate, shard);
     if (!saved.empty()) {
       // Saved activations go to the host after each layer's forward and come back for its backward; the copy
@@ -692,11 +692,19 @@ void stage_comm(const DerivedPlan& d, const KernelRates& rate, StageCosts& out) 
     if (d.stages[r].same_as != int(r)) continue;
     const double dense = d.stages[r].params.dense, expert = d.stages[r].params.expert;
     StageCosts::Comm& c = out.comm[r];
-    for (const Collective reduce : {Collective::AllReduce, Collective::ReduceScatter})
-      (reduce == Collective::AllReduce ? c.grad_all_reduce : c.grad_reduce_scatter) =
-          rate.collective(reduce, dense * grad_bytes, d.dp_cp) + rate.collective(reduce, expert * grad_bytes, d.edp_group);
-    c.param_gather = rate.collective(Collective::AllGather, dense * gather_bytes, d.dp_cp) +
-                     rate.collective(Collective::AllGather, expert * gather_bytes, d.edp_group);
+    c.grad_all_reduce = rate.collective(Collective::AllReduce, dense * grad_bytes, d.dp_cp) +
+                        rate.collective(Collective::AllReduce, expert * grad_bytes, d.edp_group);
+    // The distributed optimizer reduce-scatters within its instance, then all-reduces each shard across instances
+    // (Megatron DistributedDataParallelConfig num_distributed_optimizer_instances; one instance: no second step).
+    c.grad_reduce_scatter = rate.collective(Collective::ReduceScatter, dense * grad_bytes, d.dp_shard) +
+                            rate.collective(Collective::ReduceScatter, expert * grad_bytes, d.edp_shard);
+    if (d.dp_instances.size > 1)
+      c.grad_reduce_scatter += rate.collective(Collective::AllReduce, dense * grad_bytes / d.dp_shard.size, d.dp_instances);
+    if (d.edp_instances.size > 1)
+      c.grad_reduce_scatter +=
+          rate.collective(Collective::AllReduce, expert * grad_bytes / d.edp_shard.size, d.edp_instances);
+    c.param_gather = rate.collective(Collective::AllGather, dense * gather_bytes, d.dp_shard) +
+                     rate.collective(Collective::AllGather, expert * gather_bytes, d.edp_shard);
   }
 }
 

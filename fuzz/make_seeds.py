@@ -135,6 +135,7 @@ run_settings = {
     "precision-aware": {"optimizer": {"grad_dtype": "bf16", "main_params_dtype": "fp32", "exp_avg_dtype": "bf16",
                                       "exp_avg_sq_dtype": "bf16", "precision_aware": True},
                         "offload": {"optimizer": True, "optimizer_fraction": 0.5}},
+    "dist-opt-instances": {"optimizer_sharding": "dist_opt", "optimizer": {"instances": 2}},
     "recompute-modules": {"recompute": "selective", "recompute_modules": ["core_attn", "layernorm", "moe_act", "shared_experts"]},
     "uniform": {"recompute": "full", "recompute_method": "uniform", "recompute_layers": 2},
     "offload-modules": {"offload": {"modules": ["qkv_linear", "core_attn", "attn_proj", "expert_fc1", "moe_act"]}},

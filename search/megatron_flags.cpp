@@ -569,6 +569,24 @@ std::vector<MegatronRow> optimizer_rows() {
        .read = read_optimizer_sharding,
        .emit = emit_optimizer_sharding,
        .expressed = [](const Plan& p, FieldValues& v) { add(v, "optimizer_sharding", to_string(p.optimizer_sharding)); }},
+      // Partial distributed optimizer: the state sharded over DP / N ranks, N copies (megatron-settings.md section 1).
+      {.field = "optimizer.instances",
+       .flags = {{"--num-distributed-optimizer-instances", Arity::One}},
+       .fidelity = Fidelity::Exact,
+       .note = "",
+       .read = [](MegatronReading& r) {
+         r.p.optimizer.instances = r.f.integer("--num-distributed-optimizer-instances", 1).value_or(1);
+       },
+       .emit = [](MegatronEmission& e) {
+         if (e.p.optimizer.instances > 1) e.flags << " --num-distributed-optimizer-instances " << e.p.optimizer.instances;
+       },
+       .expressed = [](const Plan& p, FieldValues& v) { add(v, "optimizer.instances", p.optimizer.instances); },
+       .lcplan = {{"--dist-opt-instances", "distributed-optimizer instances: the state sharded over DP / N, N copies",
+                    [](Plan& p, const std::string& t) {
+                      p.optimizer.instances = int(parse_number(t, "--dist-opt-instances", 1, 1024, "a whole number, 1 to 1024"));
+                      if (p.optimizer.instances != std::stod(t))
+                        throw UserError("--dist-opt-instances \"" + t + "\" is not a whole number (valid: 1 to 1024)");
+                    }}}},
       {.field = "(optimizer)",
        .flags = {{"--optimizer", Arity::One}},
        .fidelity = Fidelity::Approximate,
@@ -968,7 +986,7 @@ const std::vector<std::string>& megatron_flags_without_effect() {
       "--hybrid-override-pattern", "--cpu-offloading-activations", "--cpu-offloading-weights",
       "--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "--num-layers-at-end-in-bf16",
       "--moe-router-padding-for-fp8", "--moe-router-padding-for-quantization", "--gradient-accumulation-fusion",
-      "--no-async-tensor-model-parallel-allreduce", "--use-legacy-models", "--spec",
+      "--no-async-tensor-model-parallel-allreduce", "--use-legacy-models", "--spec", "--cuda-graph-warmup-steps",
   };
   return f;
 }

@@ -55,6 +55,36 @@ TEST(RunSettings, DistributedOptimizerBytesPerParameter) {
   EXPECT_DOUBLE_EQ(b.params + b.grads + b.optimizer, (6 + 12.0 / 2) * 202304);
 }
 
+// megatron-settings.md section 1 (DistributedDataParallelConfig num_distributed_optimizer_instances): the distributed
+// optimizer sharded over DP / N ranks keeps N copies of the state, N times its memory, and adds a gradient all-reduce
+// across the instances; params and grads stay whole. One instance is the plain distributed optimizer.
+TEST_F(Zoo, DistOptInstancesMultiplyTheOptimizerState) {
+  const ModelSpec m = load_model("qwen3-30b-a3b", data_dir());
+  Plan p = zoo_plan("qwen3-30b-a3b", 64, 4096);
+  p.parallel.ep = 8;
+  p.optimizer_sharding = OptimizerSharding::DistOpt;
+  const MemoryBreakdown one = memory(m, p).stages[0].breakdown;
+  const TimeEstimate t1 = time(m, p);
+  p.optimizer.instances = 4;
+  const MemoryBreakdown four = memory(m, p).stages[0].breakdown;
+  EXPECT_NEAR(four.optimizer, 4 * one.optimizer, 1e-6 * one.optimizer);
+  EXPECT_DOUBLE_EQ(four.params, one.params);
+  EXPECT_DOUBLE_EQ(four.grads, one.grads);
+  // Without overlap the gradient sync is exposed: the cross-instance all-reduce adds to it.
+  Plan eager = p;
+  eager.comm.overlap_grad_reduce = eager.comm.overlap_param_gather = false;
+  Plan eager1 = eager;
+  eager1.optimizer.instances = 1;
+  EXPECT_GT(time(m, eager).breakdown.exposed_comm.dp_fsdp, time(m, eager1).breakdown.exposed_comm.dp_fsdp);
+  EXPECT_GT(time(m, p).breakdown.optimizer, t1.breakdown.optimizer);  // each rank updates a 4x larger shard
+  p.optimizer.instances = 3;
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("must divide"), std::string::npos) << check_plan(m, p)->message;
+  p.optimizer.instances = 2, p.optimizer_sharding = OptimizerSharding::Fsdp;
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("dist_opt"), std::string::npos) << check_plan(m, p)->message;
+}
+
 // Megatron-LM MoE README: bf16 optimizer states reduce optimizer memory by 50% (DeepSeek-V3's precision-aware
 // optimizer: bf16 moments, the fp32 master stored as an int16 remainder beside the bf16 weight).
 TEST(RunSettings, PrecisionAwareOptimizerHalvesOptimizerMemory) {
