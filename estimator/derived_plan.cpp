@@ -39,11 +39,12 @@ constexpr double kFp32 = 4;  // bytes of an fp32 element
 struct Acc {
   uint16_t drop = 0;     // the plan's selective recompute modules (0 unless selective)
   uint16_t offload = 0;  // the plan's offloaded modules
+  double offload_share = 1;  // the share of an offloaded module's input that goes (offload.modules_fraction)
   double total = 0, dropped = 0, offloaded = 0, moe = 0;
   void add(double bytes, uint16_t recompute = 0, uint16_t offload_as = 0) {
     total += bytes;
     if (recompute & drop) dropped += bytes;
-    else if (offload_as & offload) offloaded += bytes;
+    else if (offload_as & offload) offloaded += offload_share * bytes;
   }
 };
 
@@ -292,6 +293,7 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
   Acc a;
   a.drop = p.recompute == Recompute::Selective ? p.recompute_modules : 0;
   a.offload = recomputed ? 0 : p.offload.modules;
+  a.offload_share = p.offload.modules_fraction;
   a.add(kBf16 * s.hidden * m.hidden, 0, kOffloadAttnNorm);  // layer input: the residual stream (all full recompute keeps)
   const double input = a.total;
   mixer_acts(m, layer, s, a);

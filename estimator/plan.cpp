@@ -187,11 +187,12 @@ const std::vector<Dtype> kRouterDtypes = {Dtype::BF16, Dtype::FP32, Dtype::FP64}
 void read_offload(const nlohmann::json& j, Plan& p) {
   if (!j.contains("offload")) return;
   const auto& off = j.at("offload");
-  check_keys(off, {"optimizer", "activations", "optimizer_fraction", "modules"}, "plan \"offload\"");
+  check_keys(off, {"optimizer", "activations", "optimizer_fraction", "modules", "modules_fraction"}, "plan \"offload\"");
   const std::string w = "plan: offload.";
   p.offload.optimizer = get_bool(off, "optimizer", w, false);
   p.offload.activations = get_bool(off, "activations", w, false);
   p.offload.optimizer_fraction = get_double(off, "optimizer_fraction", w, 1.0);
+  p.offload.modules_fraction = get_double(off, "modules_fraction", w, 1.0);
   if (off.contains("modules")) p.offload.modules = parse_modules(get_names(off, "modules", w), offload_module_names(), "offload module");
 }
 
@@ -390,6 +391,7 @@ void write_run_settings(const Plan& p, nlohmann::json& j) {
   if (p.recompute == Recompute::Selective && given(kFieldRecomputeModules))
     j["recompute_modules"] = module_list(p.recompute_modules, recompute_module_names());
   if (p.offload.optimizer && p.offload.optimizer_fraction != 1.0) j["offload"]["optimizer_fraction"] = p.offload.optimizer_fraction;
+  if (p.offload.modules_fraction != 1.0) j["offload"]["modules_fraction"] = p.offload.modules_fraction;
   if (p.offload.modules) j["offload"]["modules"] = module_list(p.offload.modules, offload_module_names());
   nlohmann::json& moe = j["moe"];
   if (given(kFieldRouting)) moe["routing"] = to_string(p.moe.routing);

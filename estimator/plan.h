@@ -32,6 +32,8 @@ struct Offload {
   bool activations = false;          // every layer's saved activations (Megatron --cpu-offloading)
   double optimizer_fraction = 1.0;   // with `optimizer`: the share of the optimizer state and step on the host
   uint16_t modules = 0;              // fine-grained offloading: OffloadModule bits whose inputs go to the host
+  double modules_fraction = 1.0;     // with `modules`: the share of their inputs moved (Megatron
+                                     // --activation-offload-fraction, a share of the eligible groups, read as bytes)
 };
 
 // Megatron-LM's token dispatchers: alltoall (NCCL all-to-all-v, every routed copy sent, bf16), allgather (every rank

@@ -83,6 +83,9 @@ std::optional<RuleViolation> run_settings_rule(const ModelSpec& m, const Plan& p
   if (p.offload.optimizer && !(p.offload.optimizer_fraction > 0 && p.offload.optimizer_fraction <= 1))
     return fail(r, "offload.optimizer_fraction = " + std::to_string(p.offload.optimizer_fraction) +
                        " is out of range (valid: above 0, up to 1)");
+  if (!(p.offload.modules_fraction > 0 && p.offload.modules_fraction <= 1) || (p.offload.modules_fraction != 1 && !p.offload.modules))
+    return fail(r, "offload.modules_fraction = " + std::to_string(p.offload.modules_fraction) +
+                       " is not valid (valid: above 0, up to 1, and other than 1 only with offload.modules)");
   if (p.offload.modules && p.offload.activations)
     return fail(r, "offload.modules contradicts offload.activations (Megatron-LM's fine-grained offloading cannot be "
                    "combined with --cpu-offloading; give one)");

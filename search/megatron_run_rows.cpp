@@ -114,6 +114,7 @@ void read_offload_modules(MegatronReading& r) {
     else r.l.notes.push_back("--offload-modules " + m + " is not modelled (lcplan keeps its input on the device)");
   }
   r.p.offload.modules = parse_modules(known, offload_module_names(), "--offload-modules");
+  r.p.offload.modules_fraction = f.number("--activation-offload-fraction", 0, 1, "above 0, up to 1").value_or(1.0);
 }
 
 // ---- CUDA graphs ---------------------------------------------------------------------------------------------------
@@ -343,7 +344,8 @@ std::vector<MegatronRow> numerics_rows() {
                       p.fp8.attention = parse_on_off(t, "--fp8-attention"), p.assumed &= ~kFieldFp8Attention;
                     }}}},
       {.field = "offload.modules",
-       .flags = {{"--fine-grained-activation-offloading", Arity::Switch}, {"--offload-modules", Arity::List}},
+       .flags = {{"--fine-grained-activation-offloading", Arity::Switch}, {"--offload-modules", Arity::List},
+                 {"--activation-offload-fraction", Arity::One}},
        .fidelity = Fidelity::Exact,
        .note = "",
        .read = read_offload_modules,
@@ -351,14 +353,21 @@ std::vector<MegatronRow> numerics_rows() {
          if (e.p.offload.modules)
            e.flags << " --fine-grained-activation-offloading --offload-modules "
                    << join_words(module_list(e.p.offload.modules, offload_module_names()));
+         if (e.p.offload.modules && e.p.offload.modules_fraction != 1.0)
+           e.flags << " --activation-offload-fraction " << number_text(e.p.offload.modules_fraction);
        },
        .expressed = [](const Plan& p, FieldValues& v) {
          add_value(v, "offload.modules", module_text(p.offload.modules, offload_module_names()));
+         add_value(v, "offload.modules_fraction", p.offload.modules_fraction);
        },
        .lcplan = {{"--offload-modules",
                     "modules whose input goes to the host: attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act",
                     [](Plan& p, const std::string& t) {
                       p.offload.modules = parse_modules(split_commas(t), offload_module_names(), "--offload-modules");
+                    }},
+                   {"--offload-modules-fraction", "with --offload-modules: the share of their inputs moved to the host",
+                    [](Plan& p, const std::string& t) {
+                      p.offload.modules_fraction = parse_number(t, "--offload-modules-fraction", 0, 1, "above 0, up to 1");
                     }}}},
       {.field = "cuda_graphs",
        .flags = {{"--cuda-graph-impl", Arity::One}, {"--cuda-graph-modules", Arity::List}, {"--cuda-graph-scope", Arity::List},

@@ -236,6 +236,13 @@ TEST(RunSettings, OffloadModulesMoveTheirInputs) {
   EXPECT_DOUBLE_EQ(off.full, kept.full);
   p.offload.modules = kOffloadAttnNorm | kOffloadMlpNorm;  // the two norms' inputs: the layer input, the residual after
   EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).offloaded, 2 * 16384);  // the mixer (not their outputs)
+  p.offload.modules_fraction = 0.25;  // --activation-offload-fraction: that share moves, the rest stays saved
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).offloaded, 0.25 * 2 * 16384);
+  EXPECT_DOUBLE_EQ(layer_activation(m, p, m.layers[0], false).saved, kept.saved - 0.25 * 2 * 16384);
+  p.offload.modules_fraction = 1.5;
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("modules_fraction"), std::string::npos);
+  p.offload.modules_fraction = 1;
   p.offload.modules = kOffloadAttnProj;  // needs core_attn
   EXPECT_EQ(check_plan(m, p)->rule, Rule::RunSettings);
 }

@@ -534,6 +534,10 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
          p.parallel.ep = 8, p.moe.dispatcher = MoeDispatcher::HybridEP, p.moe.rank_capacity_factor = 1.5;
          p.moe.paged_stash = true, p.cuda_graphs.impl = GraphImpl::FullIteration, p.global_batch = 256;
        }},
+      {"a share of the fine-grained offloaded modules", "qwen3-30b-a3b", [](Plan& p) {
+         p = zoo_plan(p.model, 8, 4096);
+         p.parallel.ep = 8, p.offload.modules = kOffloadCoreAttn | kOffloadExpertFc1, p.offload.modules_fraction = 0.5;
+       }},
       {"distributed optimizer in 4 instances", "qwen3-30b-a3b", [](Plan& p) {
          p = zoo_plan(p.model, 64, 4096);
          p.parallel.ep = 8, p.optimizer.instances = 4, p.global_batch = 256;

@@ -77,8 +77,8 @@ TEST(MegatronFlagTable, LcplanFlagsAreUniqueAndRefuseBadText) {
       Plan p;
       EXPECT_THROW(f.apply(p, "x?"), UserError);
     }
-  EXPECT_EQ(count, 26u);  // the 22 run-setting flags estimate and search had before they moved into the rows, --hybrid-cp,
-                          // --rank-capacity-factor, --paged-stash and --dist-opt-instances
+  EXPECT_EQ(count, 27u);  // the 22 run-setting flags estimate and search had before they moved into the rows, --hybrid-cp,
+                          // --rank-capacity-factor, --paged-stash, --dist-opt-instances, --offload-modules-fraction
 }
 
 TEST(MegatronFlagTable, RowsAreCompleteForTheirFidelity) {
