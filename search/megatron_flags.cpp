@@ -582,11 +582,7 @@ std::vector<MegatronRow> optimizer_rows() {
        },
        .expressed = [](const Plan& p, FieldValues& v) { add(v, "optimizer.instances", p.optimizer.instances); },
        .lcplan = {{"--dist-opt-instances", "distributed-optimizer instances: the state sharded over DP / N, N copies",
-                    [](Plan& p, const std::string& t) {
-                      p.optimizer.instances = int(parse_number(t, "--dist-opt-instances", 1, 1024, "a whole number, 1 to 1024"));
-                      if (p.optimizer.instances != std::stod(t))
-                        throw UserError("--dist-opt-instances \"" + t + "\" is not a whole number (valid: 1 to 1024)");
-                    }}}},
+                    [](Plan& p, const std::string& t) { p.optimizer.instances = parse_int_in(t, "--dist-opt-instances", 1, 1024); }}}},
       {.field = "(optimizer)",
        .flags = {{"--optimizer", Arity::One}},
        .fidelity = Fidelity::Approximate,

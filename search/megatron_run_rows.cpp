@@ -103,6 +103,8 @@ void read_offload_modules(MegatronReading& r) {
   const auto modules = f.list("--offload-modules");
   if (!on) {
     if (modules) r.l.notes.push_back("--offload-modules has no effect without --fine-grained-activation-offloading");
+    if (f.has("--activation-offload-fraction"))
+      r.l.notes.push_back("--activation-offload-fraction has no effect without --fine-grained-activation-offloading");
     return;
   }
   if (f.on("--cpu-offloading"))
