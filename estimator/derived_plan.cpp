@@ -164,19 +164,25 @@ double routed_token_copies(const ModelSpec& m, const Plan& p) {
   return hidden_tokens(p) * p.parallel.etp * m.moe.top_k * routed_load_factor(p);
 }
 
-// Microbatches whose activations virtual chunk j of stage r holds at the stage's peak (1F1B).
-// No VPP: pp - r (Korthikanti et al. 2022 section 4.2.3). VPP: Megatron-Bridge's memory estimator
-// (https://github.com/ISEEKYAN/mbridge, memory_estimator/estimate_013.py): chunk 0 pp + max(2 (pp-r-1) + 1 - pp, 0),
-// the last chunk min(2 (pp-r-1) + 1, pp), the others pp. That is what Megatron's interleaved schedule holds at the
-// start of stage r's first backward: its 2 (pp-r-1) + (vpp-1) pp warmup forwards plus one
-// (megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches; executor/schedule.h checks it).
-double inflight(int r, int j, int pp, int vpp, int microbatches) {
-  double n;
-  if (vpp == 1) n = pp - r;
-  else if (j == 0) n = pp + std::max(2 * (pp - r) - 1 - pp, 0);
-  else if (j == vpp - 1) n = std::min(2 * (pp - r) - 1, pp);
-  else n = pp;
-  return std::min<double>(n, std::max(microbatches, 1));
+// Microbatches whose activations virtual chunk j of stage r holds at the stage's peak (1F1B): no VPP, pp - r
+// (Korthikanti et al. 2022 section 4.2.3). VPP: what Megatron's interleaved schedule holds at the start of stage r's
+// first backward, its 2 (pp-r-1) + (vpp-1) g warmup forwards plus one, taken in its table's order: groups of g
+// microbatches (--microbatch-group-size-per-virtual-pipeline-stage, default pp) run chunk 0, then chunk 1, ...
+// (megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches, get_schedule_table; executor/schedule.h
+// checks it). With g = pp it is Megatron-Bridge's memory estimator's count (https://github.com/ISEEKYAN/mbridge,
+// memory_estimator/estimate_013.py).
+double inflight(int r, int j, int pp, int vpp, int microbatches, int group) {
+  const long m = std::max(microbatches, 1);
+  if (vpp == 1) return double(std::min<long>(pp - r, m));
+  const long g = group > 0 ? group : pp;
+  long left = std::min<long>(2L * (pp - r - 1) + long(vpp - 1) * g + 1, m * vpp);  // forwards done
+  long held = 0;
+  for (long g0 = 0; left > 0 && g0 < m; g0 += g) {
+    const long size = std::min(g, m - g0);  // the last group takes what is left
+    held += std::clamp(left - j * size, 0L, size);
+    left -= vpp * size;
+  }
+  return double(held);
 }
 
 UnitParams unit_params(const LayerParams& lp, const Parallel& q) {
@@ -428,7 +434,7 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
       r.stage = c % q.pp;
       r.vchunk = c / q.pp;
       r.pos = pos;
-      r.inflight = inflight(r.stage, r.vchunk, q.pp, q.vpp, d.microbatches);
+      r.inflight = inflight(r.stage, r.vchunk, q.pp, q.vpp, d.microbatches, p.microbatch_group);
       d.layers.push_back(r);
       StageRecord& st = d.stages[r.stage];
       add_unit(st, d.kinds[r.kind].params);

@@ -27,12 +27,14 @@ std::string lcplan_exec_kernel_limits(const ModelSpec& m, const Plan& p) {
   if (q.tp > 1 && (m.moe.shared_experts * m.moe.shared_ffn) % q.tp != 0)
     return "the shared-expert width " + std::to_string(m.moe.shared_experts * m.moe.shared_ffn) +
            " does not split over tp = " + std::to_string(q.tp);
-  // Megatron-LM's interleaved schedule runs microbatches in groups of pp per virtual stage (schedules.py): with a
-  // partial last group its order can wait forever (executor/schedule.h simulate_pipeline), and Megatron refuses it.
-  if (q.vpp > 1 && num_microbatches(p) % q.pp != 0)
+  // Megatron-LM's interleaved schedule runs microbatches in groups of pp (or microbatch_group) per virtual stage
+  // (schedules.py): with a partial last group its order can wait forever (executor/schedule.h simulate_pipeline).
+  const int group = p.microbatch_group > 0 ? p.microbatch_group : q.pp;
+  if (q.vpp > 1 && num_microbatches(p) % group != 0)
     return "the interleaved pipeline schedule needs the microbatches per step (" +
-           std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of pp = " +
-           std::to_string(q.pp) + "; change global_batch";
+           std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of its group of " +
+           std::to_string(group) + (p.microbatch_group > 0 ? " (pipeline.microbatch_group)" : " (pp)") +
+           "; change global_batch";
   // q/k/v biases run (GLM-4.5); the parameter counts (models/params.cpp) have no bias on an output gate's columns.
   if (m.attn.sinks || m.attn.o_bias || (m.attn.qkv_bias && m.attn.output_gate))
     return "model " + m.name + " has an o_proj bias, softmax sinks or q/k/v biases with an output gate, which "

@@ -347,7 +347,8 @@ Plan plan_from_json(const nlohmann::json& j) {
   }
   if (j.contains("pipeline")) {
     const auto& pl = j.at("pipeline");
-    check_keys(pl, {"first_stage_layers", "last_stage_layers", "layers"}, "plan \"pipeline\"");
+    check_keys(pl, {"first_stage_layers", "last_stage_layers", "layers", "microbatch_group"}, "plan \"pipeline\"");
+    p.microbatch_group = get_int(pl, "microbatch_group", "plan: pipeline.", 0);
     p.pipeline.first_stage_layers = get_int(pl, "first_stage_layers", "plan: pipeline.", 0);
     p.pipeline.last_stage_layers = get_int(pl, "last_stage_layers", "plan: pipeline.", 0);
     if (pl.contains("layers")) {
@@ -448,8 +449,9 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["precision"] = to_string(p.precision);
   j["parallel"] = {{"tp", p.parallel.tp}, {"pp", p.parallel.pp}, {"vpp", p.parallel.vpp},
                    {"cp", p.parallel.cp}, {"ep", p.parallel.ep}, {"etp", p.parallel.etp}};
-  if (!p.pipeline.empty()) {
+  if (!p.pipeline.empty() || p.microbatch_group > 0) {
     nlohmann::json pl = nlohmann::json::object();
+    if (p.microbatch_group > 0) pl["microbatch_group"] = p.microbatch_group;
     if (p.pipeline.first_stage_layers > 0) pl["first_stage_layers"] = p.pipeline.first_stage_layers;
     if (p.pipeline.last_stage_layers > 0) pl["last_stage_layers"] = p.pipeline.last_stage_layers;
     if (!p.pipeline.chunk_layers.empty()) pl["layers"] = p.pipeline.chunk_layers;

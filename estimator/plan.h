@@ -85,6 +85,9 @@ struct Plan {
   Precision precision = Precision::BF16;
   Parallel parallel;
   PipelineLayout pipeline;              // uneven pipeline stages (empty = Megatron's automatic split)
+  // Interleaved schedule: microbatches per group that run one virtual chunk before the next (Megatron-LM
+  // --microbatch-group-size-per-virtual-pipeline-stage); 0 = pp, Megatron's depth-first default.
+  int microbatch_group = 0;
   bool sequence_parallel = true;        // Megatron SP (only meaningful with tp > 1)
   OptimizerSharding optimizer_sharding = OptimizerSharding::DistOpt;
   Recompute recompute = Recompute::None;

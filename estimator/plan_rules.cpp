@@ -322,6 +322,15 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (gb % (static_cast<long>(p.micro_batch) * dp) != 0)
     return fail(Rule::BatchDivisible, "global_batch = " + std::to_string(gb) + " is not divisible by micro_batch*dp = " +
                                           std::to_string(static_cast<long>(p.micro_batch) * dp));
+  // A group smaller than pp stalls the interleaved schedule: a chunk's next microbatch waits on the whole pipeline.
+  if (p.microbatch_group != 0 && q.vpp == 1)
+    return fail(Rule::VppNeedsPp, "pipeline.microbatch_group = " + std::to_string(p.microbatch_group) +
+                                      " orders an interleaved schedule, but vpp = 1 (valid: 0, or vpp > 1)");
+  const int step_microbatches = std::max(q.pp, num_microbatches(p));
+  if (p.microbatch_group != 0 && (p.microbatch_group < q.pp || (!p.batches && p.microbatch_group > step_microbatches)))
+    return fail(Rule::VppNeedsPp, "pipeline.microbatch_group = " + std::to_string(p.microbatch_group) +
+                                      " is out of range (valid: 0 for pp, or pp = " + std::to_string(q.pp) +
+                                      " up to the step's " + std::to_string(step_microbatches) + " microbatches)");
 
   if (auto v = moe_option_rules(m, p)) return v;
 

@@ -19,11 +19,12 @@ std::vector<std::pair<int, int>> interleaved_table(int microbatches, int vpp, in
   return t;
 }
 
-std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microbatches) {
-  if (pp < 1 || vpp < 1 || stage < 0 || stage >= pp || microbatches < 1)
+std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microbatches, int group) {
+  if (pp < 1 || vpp < 1 || stage < 0 || stage >= pp || microbatches < 1 || group < 0)
     throw std::invalid_argument("pipeline_schedule: pp " + std::to_string(pp) + ", vpp " + std::to_string(vpp) +
                                 ", stage " + std::to_string(stage) + ", microbatches " + std::to_string(microbatches) +
-                                " (valid: pp, vpp, microbatches >= 1 and 0 <= stage < pp)");
+                                ", group " + std::to_string(group) +
+                                " (valid: pp, vpp, microbatches >= 1, 0 <= stage < pp, group >= 0)");
   std::vector<PipeAction> out;
   if (vpp == 1) {
     // forward_backward_pipelining_without_interleaving (pp = 1 is forward_backward_no_pipelining: F, B, F, B, ...).
@@ -36,12 +37,13 @@ std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microb
     for (int i = remaining; i < microbatches; ++i) out.push_back({false, i, 0});
     return out;
   }
-  // forward_backward_pipelining_with_interleaving, microbatch_group_size_per_vp_stage = pp (Megatron's default).
-  const std::vector<std::pair<int, int>> table = interleaved_table(microbatches, vpp, pp);
+  // forward_backward_pipelining_with_interleaving, microbatch_group_size_per_vp_stage = group (default pp).
+  const int g = group > 0 ? group : pp;
+  const std::vector<std::pair<int, int>> table = interleaved_table(microbatches, vpp, g);
   const int total = microbatches * vpp;
-  int warmup = 2 * (pp - stage - 1) + (vpp - 1) * pp;  // get_pp_rank_microbatches
+  long warmup = 2L * (pp - stage - 1) + long(vpp - 1) * g;  // get_pp_rank_microbatches
   if (warmup >= total) warmup = total;
-  const int remaining = total - warmup;
+  const int remaining = total - int(warmup);
   auto fwd = [&](int k) { return PipeAction{true, table[k].first, table[k].second}; };
   auto bwd = [&](int k) { return PipeAction{false, table[k].first, vpp - 1 - table[k].second}; };
   for (int k = 0; k < warmup; ++k) out.push_back(fwd(k));
@@ -53,10 +55,10 @@ std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microb
   return out;
 }
 
-std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<HeldCounts>* held) {
+std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<HeldCounts>* held, int group) {
   const int V = pp * vpp;
   std::vector<std::vector<PipeAction>> lists(pp);
-  for (int s = 0; s < pp; ++s) lists[s] = pipeline_schedule(pp, vpp, s, microbatches);
+  for (int s = 0; s < pp; ++s) lists[s] = pipeline_schedule(pp, vpp, s, microbatches, group);
   std::vector<std::vector<char>> fdone(V, std::vector<char>(microbatches, 0)), bdone = fdone;
   std::vector<size_t> next(pp, 0);
   std::vector<std::vector<int>> count(pp, std::vector<int>(vpp, 0));
@@ -85,9 +87,9 @@ std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<Hel
   return "";
 }
 
-std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbatches) {
+std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbatches, int group) {
   std::vector<int> n(vpp, 0);
-  for (const PipeAction& a : pipeline_schedule(pp, vpp, stage, microbatches)) {
+  for (const PipeAction& a : pipeline_schedule(pp, vpp, stage, microbatches, group)) {
     if (!a.forward) break;
     ++n[a.chunk];
   }

@@ -6,8 +6,8 @@
 //
 // 1F1B (vpp = 1): warmup = min(pp - stage - 1, M) forwards, then one forward and one backward per step, then the
 // remaining backwards. Interleaved (vpp > 1): virtual microbatch k runs (microbatch, chunk) of Megatron's schedule
-// table (groups of pp microbatches, chunk by chunk; backward visits the chunks in reverse), warmup =
-// 2 (pp - stage - 1) + (vpp - 1) pp forwards (all of them when that reaches M vpp), then 1F1B, then the cooldown.
+// table (groups of g microbatches, default pp, chunk by chunk; backward visits the chunks in reverse), warmup =
+// 2 (pp - stage - 1) + (vpp - 1) g forwards (all of them when that reaches M vpp), then 1F1B, then the cooldown.
 #pragma once
 
 #include <string>
@@ -21,8 +21,9 @@ struct PipeAction {
   int chunk = 0;  // virtual chunk on this stage (0 .. vpp-1): virtual stage chunk * pp + stage
 };
 
-// The actions of pipeline stage `stage` in Megatron's order. pp >= 1, vpp >= 1, 0 <= stage < pp, microbatches >= 1.
-std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microbatches);
+// The actions of pipeline stage `stage` in Megatron's order. pp >= 1, vpp >= 1, 0 <= stage < pp, microbatches >= 1;
+// `group`: the interleaved schedule's microbatch group (Plan::microbatch_group; 0 = pp).
+std::vector<PipeAction> pipeline_schedule(int pp, int vpp, int stage, int microbatches, int group = 0);
 
 // Megatron's interleaved schedule table: virtual microbatch k -> (microbatch, chunk) of the forward pass (the
 // backward uses chunk vpp - 1 - chunk), microbatches in groups of `group` (Megatron's
@@ -37,11 +38,11 @@ std::vector<std::pair<int, int>> interleaved_table(int microbatches, int vpp, in
 struct HeldCounts {
   std::vector<std::vector<int>> before_action;  // [action][chunk]: forwards done and not yet backpropagated
 };
-std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<HeldCounts>* held = nullptr);
+std::string simulate_pipeline(int pp, int vpp, int microbatches, std::vector<HeldCounts>* held = nullptr, int group = 0);
 
 // Per chunk, microbatches whose activations stage `stage` holds at the start of its first backward (the peak the
 // estimator sizes: every forward of the warmup and of the first steady step done, nothing freed yet).
-std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbatches);
+std::vector<int> held_at_first_backward(int pp, int vpp, int stage, int microbatches, int group = 0);
 
 // Messages between stages on GPUs go over comm::PipeLinks (one two-rank NCCL communicator per direction and
 // neighbour pair): NCCL has no tags, so on each link the k-th message one stage sends must be the k-th the other

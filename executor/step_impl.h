@@ -157,7 +157,7 @@ class Step {
         ps_(tr_, g_.pg, su_.mine, p.optimizer_sharding, o.seed, be.mem()), ops_(be.ops(tr_)), pp_(p.parallel.pp),
         stage_(g_.pg.pp.rank), chunks_total_(pp_ * p.parallel.vpp),
         fsdp_(p.optimizer_sharding == OptimizerSharding::Fsdp),
-        M_(std::max(1, num_microbatches(p))), actions_(pipeline_schedule(pp_, p.parallel.vpp, stage_, M_)),
+        M_(std::max(1, num_microbatches(p))), actions_(pipeline_schedule(pp_, p.parallel.vpp, stage_, M_, p.microbatch_group)),
         order_(unit_order(actions_, su_, pp_, stage_)),
         global_tokens_(double(effective_global_batch(p)) * double(p.seq_len)) {
     res_.microbatches = M_;

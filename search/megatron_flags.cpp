@@ -294,6 +294,28 @@ std::vector<MegatronRow> parallel_rows() {
        .finish = finish_pipeline,
        .emit = emit_pipeline,
        .expressed = expressed_pipeline},
+      // The interleaved schedule's microbatch group (megatron-settings.md section 7; default pp, depth-first).
+      {.field = "pipeline.microbatch_group",
+       .flags = {{"--microbatch-group-size-per-virtual-pipeline-stage", Arity::One}},
+       .fidelity = Fidelity::Exact,
+       .note = "",
+       .read = [](MegatronReading& r) {
+         r.p.microbatch_group = r.f.integer("--microbatch-group-size-per-virtual-pipeline-stage", 1).value_or(0);
+       },
+       .finish = [](MegatronFinishing& c) {
+         if (c.p.microbatch_group > 0 && c.p.parallel.vpp == 1 && c.notes)
+           c.notes->push_back("--microbatch-group-size-per-virtual-pipeline-stage has no effect without virtual pipeline stages");
+         if (c.p.parallel.vpp == 1 || c.p.microbatch_group == c.p.parallel.pp) c.p.microbatch_group = 0;  // the default
+       },
+       .emit = [](MegatronEmission& e) {
+         if (e.p.microbatch_group > 0 && e.p.microbatch_group != e.p.parallel.pp)
+           e.flags << " --microbatch-group-size-per-virtual-pipeline-stage " << e.p.microbatch_group;
+       },
+       .expressed = [](const Plan& p, FieldValues& v) {
+         add(v, "microbatch_group", p.microbatch_group > 0 ? p.microbatch_group : p.parallel.pp);
+       },
+       .lcplan = {{"--microbatch-group", "interleaved schedule: microbatches run on one virtual stage before the next (0 = pp)",
+                    [](Plan& p, const std::string& t) { p.microbatch_group = parse_int_in(t, "--microbatch-group", 0, 1 << 20); }}}},
       {.field = "parallel.cp",
        .flags = {{"--context-parallel-size", Arity::One}},
        .fidelity = Fidelity::Exact,

@@ -85,6 +85,37 @@ TEST_F(Zoo, DistOptInstancesMultiplyTheOptimizerState) {
   EXPECT_NE(check_plan(m, p)->message.find("dist_opt"), std::string::npos) << check_plan(m, p)->message;
 }
 
+// megatron-settings.md section 7 (--microbatch-group-size-per-virtual-pipeline-stage, default pp): a larger group
+// warms up (vpp - 1) more microbatches per extra group member (schedules.py get_pp_rank_microbatches), so the first
+// stage holds more activations at its peak; the bubble is the interleaved one either way. A group below pp, or
+// without virtual stages, is refused in one sentence.
+TEST_F(Zoo, ALargerMicrobatchGroupHoldsMoreActivations) {
+  const ModelSpec m = load_model("llama-3.1-8b", data_dir());
+  Plan p = zoo_plan("llama-3.1-8b", 8, 4096);
+  p.parallel.pp = 4, p.parallel.vpp = 2, p.global_batch = 32;  // dp 2: 16 microbatches
+  const StageMemory depth = memory(m, p).stages[0];
+  p.microbatch_group = 16;  // breadth-first: every microbatch of the step in one group
+  ASSERT_EQ(check_plan(m, p), std::nullopt);
+  const StageMemory breadth = memory(m, p).stages[0];
+  // Stage 0 of 4 with 2 chunks: depth-first holds 7 + 4 microbatches (11 of 16 layers' worth per chunk pair),
+  // breadth-first 16 + 7 (2 x 3 + 16 warmup forwards plus one, in table order).
+  EXPECT_DOUBLE_EQ(depth.inflight_microbatches, (7 + 4) / 2.0);
+  EXPECT_DOUBLE_EQ(breadth.inflight_microbatches, (16 + 7) / 2.0);
+  EXPECT_NEAR(breadth.terms.saved_activations / depth.terms.saved_activations, 23.0 / 11, 1e-9);
+  EXPECT_DOUBLE_EQ(time(m, p).breakdown.bubble, [&] { Plan d = p; d.microbatch_group = 0; return time(m, d).breakdown.bubble; }());
+  p.microbatch_group = 4;  // pp itself: the default
+  EXPECT_DOUBLE_EQ(memory(m, p).stages[0].terms.saved_activations, depth.terms.saved_activations);
+  p.microbatch_group = 2;
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("microbatch_group = 2 is out of range (valid: 0 for pp, or pp = 4 up to the step's 16"),
+            std::string::npos) << check_plan(m, p)->message;
+  p.microbatch_group = 32;
+  ASSERT_TRUE(check_plan(m, p));
+  p.microbatch_group = 4, p.parallel.vpp = 1;
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("vpp = 1"), std::string::npos) << check_plan(m, p)->message;
+}
+
 // Megatron-LM MoE README: bf16 optimizer states reduce optimizer memory by 50% (DeepSeek-V3's precision-aware
 // optimizer: bf16 moments, the fp32 master stored as an int16 remainder beside the bf16 weight).
 TEST(RunSettings, PrecisionAwareOptimizerHalvesOptimizerMemory) {

@@ -213,7 +213,7 @@ TEST(Refusals, OneSentenceNamingTheValue) {
   v.parallel.pp = 4;
   v.parallel.vpp = 2;
   v.global_batch = 2;
-  EXPECT_NE(executor_support_error(llama, v).find("multiple of pp = 4"), std::string::npos);
+  EXPECT_NE(executor_support_error(llama, v).find("multiple of its group of 4 (pp)"), std::string::npos);
   v.global_batch = 8;
   EXPECT_EQ(executor_support_error(llama, v), "");
   p = plan_of("llama-3.1-8b", 4, 1, 1);
@@ -226,36 +226,47 @@ TEST(Refusals, OneSentenceNamingTheValue) {
 
 // The schedule lcplan-exec runs holds, at the start of each stage's first backward, exactly the in-flight
 // microbatches the estimator assumes per virtual chunk (estimator/derived_plan.cpp inflight), for 1F1B and the
-// interleaved schedule; and every stage's list completes against the others (no wait forever).
+// interleaved schedule with its default group of pp microbatches and larger ones (Plan::microbatch_group, up to
+// breadth-first: all M); and every stage's list completes against the others (no wait forever).
 TEST(Schedule, InFlightMicrobatchesAreTheEstimators) {
   const ModelSpec base = zoo("llama-3.1-8b");
   const Hardware hw = h100();
-  int checked = 0;
+  int checked = 0, grouped = 0;
   for (int pp : {1, 2, 3, 4, 8})
     for (int vpp : {1, 2, 3})
-      for (int mult : {1, 2, 3}) {
-        if (vpp > 1 && pp == 1) continue;
-        const int M = pp * mult;
-        ModelSpec m = base;
-        m.layers.resize(size_t(pp * vpp * 2));
-        Plan p = plan_of("llama-3.1-8b", pp, 1, 1, 8192);
-        p.parallel.pp = pp;
-        p.parallel.vpp = vpp;
-        p.global_batch = M;
-        ASSERT_EQ(check_plan(m, p), std::nullopt);
-        const DerivedPlan d = derive_plan(m, p, hw);
-        ASSERT_EQ(simulate_pipeline(pp, vpp, M), "") << pp << " " << vpp << " " << M;
-        for (int r = 0; r < pp; ++r) {
-          const std::vector<int> held = held_at_first_backward(pp, vpp, r, M);
-          for (const LayerRecord& l : d.layers)
-            if (l.stage == r) {
-              EXPECT_EQ(double(held[size_t(l.vchunk)]), l.inflight)
-                  << "pp " << pp << " vpp " << vpp << " M " << M << " stage " << r << " chunk " << l.vchunk;
-              ++checked;
-            }
+      for (int mult : {1, 2, 3, 4})
+        for (int gmult : {0, 1, 2, 4}) {
+          if ((vpp > 1 && pp == 1) || (gmult > 0 && (vpp == 1 || mult % gmult != 0))) continue;
+          const int M = pp * mult, group = gmult * pp;
+          ModelSpec m = base;
+          m.layers.resize(size_t(pp * vpp * 2));
+          Plan p = plan_of("llama-3.1-8b", pp, 1, 1, 8192);
+          p.parallel.pp = pp;
+          p.parallel.vpp = vpp;
+          p.global_batch = M;
+          p.microbatch_group = group;
+          ASSERT_EQ(check_plan(m, p), std::nullopt);
+          ASSERT_EQ(executor_support_error(m, p), "");
+          const DerivedPlan d = derive_plan(m, p, hw);
+          ASSERT_EQ(simulate_pipeline(pp, vpp, M, nullptr, group), "") << pp << " " << vpp << " " << M << " " << group;
+          for (int r = 0; r < pp; ++r) {
+            const std::vector<int> held = held_at_first_backward(pp, vpp, r, M, group);
+            for (const LayerRecord& l : d.layers)
+              if (l.stage == r) {
+                EXPECT_EQ(double(held[size_t(l.vchunk)]), l.inflight)
+                    << "pp " << pp << " vpp " << vpp << " M " << M << " group " << group << " stage " << r
+                    << " chunk " << l.vchunk;
+                ++checked;
+                grouped += group > pp;
+              }
+          }
         }
-      }
   EXPECT_GT(checked, 500);
+  EXPECT_GT(grouped, 100);
+  // A larger group holds more: breadth-first (group = M) on 4 stages, 2 chunks, 8 microbatches holds 8 + 7 on the
+  // first stage at its first backward (2 x 3 + 8 warmup forwards plus one), depth-first 7 + 4.
+  EXPECT_EQ(held_at_first_backward(4, 2, 0, 8, 8), (std::vector<int>{8, 7}));
+  EXPECT_EQ(held_at_first_backward(4, 2, 0, 8), (std::vector<int>{7, 4}));
   // 1F1B completes for every microbatch count; the interleaved order waits forever on a partial last group.
   for (int M = 1; M <= 9; ++M) EXPECT_EQ(simulate_pipeline(4, 1, M), "") << M;
   EXPECT_NE(simulate_pipeline(4, 3, 5), "");

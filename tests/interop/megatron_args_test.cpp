@@ -165,6 +165,13 @@ TEST(Flags, EveryPlanFlagIsRead) {
       {"--pipeline-model-parallel-size 4", [](const Plan& p) { return p.parallel.pp == 4 && p.parallel.vpp == 1; }},
       {"--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3", [](const Plan& p) { return p.parallel.vpp == 4; }},
       {"--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2", [](const Plan& p) { return p.parallel.vpp == 2; }},
+      {"--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 --global-batch-size 64 "
+       "--microbatch-group-size-per-virtual-pipeline-stage 8", [](const Plan& p) { return p.microbatch_group == 8; }},
+      // Megatron's default value (pp) and a group without virtual stages read as the default.
+      {"--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+       "--microbatch-group-size-per-virtual-pipeline-stage 4", [](const Plan& p) { return p.microbatch_group == 0; }},
+      {"--pipeline-model-parallel-size 4 --microbatch-group-size-per-virtual-pipeline-stage 8",
+       [](const Plan& p) { return p.microbatch_group == 0 && p.parallel.vpp == 1; }},
       {"--context-parallel-size 4 --cp-comm-type p2p", [](const Plan& p) { return p.parallel.cp == 4; }},
       {"--expert-model-parallel-size 8", [](const Plan& p) { return p.parallel.ep == 8 && p.parallel.etp == 1; }},
       // Expert TP defaults to TP on a MoE model (arguments.py), to 1 on a dense one.
@@ -537,6 +544,10 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
       {"a share of the fine-grained offloaded modules", "qwen3-30b-a3b", [](Plan& p) {
          p = zoo_plan(p.model, 8, 4096);
          p.parallel.ep = 8, p.offload.modules = kOffloadCoreAttn | kOffloadExpertFc1, p.offload.modules_fraction = 0.5;
+       }},
+      {"VPP with a breadth-first microbatch group", "llama-3.1-70b", [](Plan& p) {
+         p = zoo_plan(p.model, 64, 8192);
+         p.parallel.tp = 8, p.parallel.pp = 4, p.parallel.vpp = 5, p.global_batch = 64, p.microbatch_group = 32;
        }},
       {"distributed optimizer in 4 instances", "qwen3-30b-a3b", [](Plan& p) {
          p = zoo_plan(p.model, 64, 4096);

@@ -77,8 +77,9 @@ TEST(MegatronFlagTable, LcplanFlagsAreUniqueAndRefuseBadText) {
       Plan p;
       EXPECT_THROW(f.apply(p, "x?"), UserError);
     }
-  EXPECT_EQ(count, 27u);  // the 22 run-setting flags estimate and search had before they moved into the rows, --hybrid-cp,
-                          // --rank-capacity-factor, --paged-stash, --dist-opt-instances, --offload-modules-fraction
+  EXPECT_EQ(count, 28u);  // the 22 run-setting flags estimate and search had before they moved into the rows, --hybrid-cp,
+                          // --rank-capacity-factor, --paged-stash, --dist-opt-instances, --offload-modules-fraction,
+                          // --microbatch-group
 }
 
 TEST(MegatronFlagTable, RowsAreCompleteForTheirFidelity) {
