@@ -311,9 +311,11 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
   out.full = a.total;
   out.moe_tokens = a.moe;
   out.offloaded = a.offloaded;
-  // Full recompute keeps the layer input; the uniform method keeps one per checkpoint of recompute_layers layers.
+  // Full recompute keeps the layer input; the uniform method keeps one per checkpoint of recompute_layers layers;
+  // distributed checkpoints keep a 1/tp slice of it (Plan::distribute_saved_activations).
   const double group = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
-  if (recomputed) out.saved = input / group;
+  const double split = p.distribute_saved_activations ? p.parallel.tp : 1;
+  if (recomputed) out.saved = input / group / split;
   else out.saved = a.total - a.dropped - a.offloaded;
   return out;
 }

@@ -297,7 +297,7 @@ Plan plan_from_json(const nlohmann::json& j) {
   check_keys(j,
              {"model", "hardware", "gpus", "gpus_per_node", "seq_len", "micro_batch", "global_batch", "precision",
               "parallel", "pipeline", "sequence_parallel", "optimizer_sharding", "recompute", "recompute_layers",
-              "recompute_method", "recompute_modules", "offload", "linear_ce", "mtp_layers", "moe", "optimizer", "fp8",
+              "recompute_method", "recompute_modules", "distribute_saved_activations", "offload", "linear_ce", "mtp_layers", "moe", "optimizer", "fp8",
               "cuda_graphs", "comm", "implementation", "dp", "packed_lengths", "packed_splits", "batches", "hybrid_cp"},
              "plan");
   Plan p;
@@ -367,6 +367,7 @@ Plan plan_from_json(const nlohmann::json& j) {
   read_recompute(j, p);
   read_offload(j, p);
   p.linear_ce = get_bool(j, "linear_ce", w, false);
+  p.distribute_saved_activations = get_bool(j, "distribute_saved_activations", w, false);
   p.hybrid_cp = get_bool(j, "hybrid_cp", w, false);
   p.mtp_layers = get_int(j, "mtp_layers", w, -1);
   if (p.mtp_layers < -1 || p.mtp_layers > 16)
@@ -461,6 +462,7 @@ nlohmann::json plan_to_json(const Plan& p) {
   j["optimizer_sharding"] = to_string(p.optimizer_sharding);
   j["recompute"] = to_string(p.recompute);
   if (p.recompute_layers > 0) j["recompute_layers"] = p.recompute_layers;
+  if (p.distribute_saved_activations) j["distribute_saved_activations"] = true;
   j["offload"] = {{"optimizer", p.offload.optimizer}, {"activations", p.offload.activations}};
   j["linear_ce"] = p.linear_ce;
   if (p.hybrid_cp) j["hybrid_cp"] = true;

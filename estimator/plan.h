@@ -94,6 +94,9 @@ struct Plan {
   int recompute_layers = 0;             // full recompute: block: layers per virtual stage (0 = all); uniform: layers per checkpoint
   RecomputeMethod recompute_method = RecomputeMethod::Block;
   uint16_t recompute_modules = kLegacySelectiveModules;  // selective recompute: RecomputeModule bits
+  // Full recompute without sequence parallelism: each checkpoint's input split over the TP ranks and all-gathered
+  // before its replay (Megatron-LM --distribute-saved-activations, tensor_parallel/random.py CheckpointFunction).
+  bool distribute_saved_activations = false;
   Offload offload;
   bool linear_ce = false;
   int mtp_layers = -1;                  // multi-token-prediction modules trained (Megatron --mtp-num-layers); -1 = the model's

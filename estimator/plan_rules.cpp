@@ -342,6 +342,13 @@ std::optional<RuleViolation> check_plan(const ModelSpec& m, const Plan& p) {
   if (auto v = a2a_overlap_rules(m, p)) return v;
   if (p.recompute_layers > 0 && p.recompute != Recompute::Full)
     return fail(Rule::RecomputeLayers, "recompute_layers = " + std::to_string(p.recompute_layers) + " needs recompute = full");
+  // Megatron-LM arguments.py: distributed checkpoints need tp > 1 and full recompute, and exclude sequence parallelism.
+  if (p.distribute_saved_activations && (q.tp == 1 || p.recompute != Recompute::Full || p.sequence_parallel))
+    return fail(Rule::RecomputeLayers, std::string("distribute_saved_activations splits full recompute's checkpoints over "
+                                                   "the TP ranks, so it needs tp > 1, recompute = full and "
+                                                   "sequence_parallel = false; the plan has tp = ") +
+                                           std::to_string(q.tp) + ", recompute = " + to_string(p.recompute) +
+                                           ", sequence_parallel = " + (p.sequence_parallel ? "true" : "false"));
   if (auto v = run_settings_rule(m, p)) return v;
   return cuda_graph_rule(m, p);
 }

@@ -368,6 +368,17 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
 }
 
 // One decoder layer (or MTP layer body) for one microbatch on this rank.
+// A distributed checkpoint's input (Plan::distribute_saved_activations) is all-gathered over TP before its replay,
+// once per checkpoint of recompute_layers layers with the uniform method (tensor_parallel/random.py gather_split_1d_tensor).
+double checkpoint_regather(const DerivedPlan& d, const KernelRates& rate) {
+  const Plan& p = *d.plan;
+  if (!p.distribute_saved_activations) return 0;
+  const double layers = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
+  GroupFacts tp = d.tp;
+  tp.nodes = 1;  // ring collectives do not use the node count
+  return rate.collective(Collective::AllGather, d.local_tokens * d.model->hidden * kBf16, tp) / layers;
+}
+
 LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerKind& kind, bool recomputed,
                      const MoeLayerTime& moe) {
   const ModelSpec& m = *d.model;
@@ -488,7 +499,9 @@ LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerK
     // Full recompute replays the forward, its collectives and its all-to-alls (x2 EP traffic), and the hidden
     // collectives slow the replayed kernels as they slowed the forward's (the launch floor bounds the same span).
     k.recompute = k.forward + slowed_fwd;
-    k.tp += tp_exposed;
+    const double regather = checkpoint_regather(d, rate);
+    k.tp += tp_exposed + regather;
+    k.in_backward += regather;
     k.cp += cp_exposed_fwd;
     k.cp_hidden += cp_hidden_forward;
     k.ep += moe_layer ? moe.exposed_comm_forward : 0;  // the replayed forward is not paired with another microbatch

@@ -24,7 +24,8 @@ using namespace lcplan;
 // the settings rather than the layout.
 const char* const kSettingKeys[] = {"recompute", "recompute_layers", "recompute_method", "recompute_modules", "offload",
                                     "moe", "optimizer", "fp8", "cuda_graphs", "comm", "implementation", "precision",
-                                    "optimizer_sharding", "pipeline"};
+                                    "optimizer_sharding", "pipeline", "sequence_parallel",
+                                    "distribute_saved_activations"};
 
 nlohmann::json base_plan() {
   return {{"model", "qwen3-30b-a3b"}, {"gpus", 16}, {"seq_len", 4096}, {"hardware", "b200"},

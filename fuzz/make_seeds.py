@@ -137,6 +137,7 @@ run_settings = {
                         "offload": {"optimizer": True, "optimizer_fraction": 0.5}},
     "dist-opt-instances": {"optimizer_sharding": "dist_opt", "optimizer": {"instances": 2}},
     "microbatch-group": {"pipeline": {"microbatch_group": 4}},
+    "distributed-checkpoints": {"recompute": "full", "sequence_parallel": False, "distribute_saved_activations": True},
     "recompute-modules": {"recompute": "selective", "recompute_modules": ["core_attn", "layernorm", "moe_act", "shared_experts"]},
     "uniform": {"recompute": "full", "recompute_method": "uniform", "recompute_layers": 2},
     "offload-modules": {"offload": {"modules": ["qkv_linear", "core_attn", "attn_proj", "expert_fc1", "moe_act"],

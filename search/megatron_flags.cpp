@@ -662,6 +662,21 @@ std::vector<MegatronRow> optimizer_rows() {
                     }},
                    {"--recompute-method", "full recompute: block (first N layers) or uniform (N layers per checkpoint)",
                     [](Plan& p, const std::string& t) { p.recompute_method = parse_recompute_method(t); }}}},
+      // Full recompute's checkpoints split over TP without sequence parallelism (megatron-settings.md section 2).
+      {.field = "distribute_saved_activations",
+       .flags = {{"--distribute-saved-activations", Arity::Switch}},
+       .fidelity = Fidelity::Exact,
+       .note = "",
+       .read = [](MegatronReading& r) { r.p.distribute_saved_activations = r.f.on("--distribute-saved-activations"); },
+       .emit = [](MegatronEmission& e) {
+         if (e.p.distribute_saved_activations) e.flags << " --distribute-saved-activations";
+       },
+       .expressed = [](const Plan& p, FieldValues& v) { add(v, "distribute_saved_activations", p.distribute_saved_activations); },
+       .lcplan = {{"--distribute-saved-activations",
+                   "on or off: full recompute's checkpoints split over the TP ranks (tp > 1 without sequence parallelism)",
+                   [](Plan& p, const std::string& t) {
+                     p.distribute_saved_activations = parse_on_off(t, "--distribute-saved-activations");
+                   }}}},
       {.field = "linear_ce",
        .flags = {{"--cross-entropy-loss-fusion", Arity::Switch}, {"--cross-entropy-fusion-impl", Arity::One}},
        .fidelity = Fidelity::Exact,

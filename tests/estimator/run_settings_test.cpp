@@ -8,6 +8,7 @@
 #include "estimator/frameworks.h"
 #include "estimator/plan_rules.h"
 #include "estimator/run_physics.h"
+#include "estimator/time_model.h"
 #include "models/zoo.h"
 #include "tests/common/toy_model.h"
 #include "tests/common/zoo_profile.h"
@@ -114,6 +115,33 @@ TEST_F(Zoo, ALargerMicrobatchGroupHoldsMoreActivations) {
   p.microbatch_group = 4, p.parallel.vpp = 1;
   ASSERT_TRUE(check_plan(m, p));
   EXPECT_NE(check_plan(m, p)->message.find("vpp = 1"), std::string::npos) << check_plan(m, p)->message;
+}
+
+// megatron-settings.md section 2 (--distribute-saved-activations; tensor_parallel/random.py CheckpointFunction):
+// without sequence parallelism each TP rank keeps the whole layer input as full recompute's checkpoint; distributed,
+// it keeps 1/tp of it and all-gathers it over TP before the replay, once per checkpoint.
+TEST_F(Zoo, DistributedCheckpointsKeepATpSliceOfTheLayerInput) {
+  const ModelSpec m = load_model("llama-3.1-70b", data_dir());
+  Plan p = zoo_plan("llama-3.1-70b", 32, 8192);
+  p.parallel.tp = 8, p.parallel.pp = 4, p.sequence_parallel = false, p.recompute = Recompute::Full;
+  const StageMemory whole = memory(m, p).stages[0];
+  const TimeEstimate t_whole = time(m, p);
+  p.distribute_saved_activations = true;
+  ASSERT_EQ(check_plan(m, p), std::nullopt);
+  const StageMemory split = memory(m, p).stages[0];
+  EXPECT_NEAR(split.terms.saved_activations, whole.terms.saved_activations / 8, 1e-9 * whole.terms.saved_activations);
+  // Each of the 80 layers' replays first gathers its 8192 x 8192 bf16 input over 8 ranks: the TP time grows by
+  // 80 x microbatches of those all-gathers, and no other term moves.
+  const TimeEstimate t_split = time(m, p);
+  const double gather = collective_seconds(Collective::AllGather, 8192.0 * 8192 * 2, 8, LinkTier::NVLink, 1, hw, cal(p));
+  EXPECT_NEAR(t_split.breakdown.exposed_comm.tp - t_whole.breakdown.exposed_comm.tp,
+              80.0 * num_microbatches(p) * gather / 4, 1e-6 * t_split.step_seconds);  // one stage's 20 layers
+  EXPECT_DOUBLE_EQ(t_split.breakdown.compute, t_whole.breakdown.compute);
+  p.sequence_parallel = true;
+  ASSERT_TRUE(check_plan(m, p));
+  EXPECT_NE(check_plan(m, p)->message.find("sequence_parallel = false"), std::string::npos) << check_plan(m, p)->message;
+  p.sequence_parallel = false, p.recompute = Recompute::Selective;
+  ASSERT_TRUE(check_plan(m, p));
 }
 
 // Megatron-LM MoE README: bf16 optimizer states reduce optimizer memory by 50% (DeepSeek-V3's precision-aware

@@ -170,6 +170,9 @@ TEST(Flags, EveryPlanFlagIsRead) {
       // Megatron's default value (pp) and a group without virtual stages read as the default.
       {"--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
        "--microbatch-group-size-per-virtual-pipeline-stage 4", [](const Plan& p) { return p.microbatch_group == 0; }},
+      {"--tensor-model-parallel-size 8 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+       "--distribute-saved-activations", [](const Plan& p) { return p.distribute_saved_activations && !p.sequence_parallel; },
+       "llama-3.1-70b"},
       {"--pipeline-model-parallel-size 4 --microbatch-group-size-per-virtual-pipeline-stage 8",
        [](const Plan& p) { return p.microbatch_group == 0 && p.parallel.vpp == 1; }},
       {"--context-parallel-size 4 --cp-comm-type p2p", [](const Plan& p) { return p.parallel.cp == 4; }},
@@ -544,6 +547,11 @@ TEST(RoundTrip, EmittedFlagsParseBackToThePlan) {
       {"a share of the fine-grained offloaded modules", "qwen3-30b-a3b", [](Plan& p) {
          p = zoo_plan(p.model, 8, 4096);
          p.parallel.ep = 8, p.offload.modules = kOffloadCoreAttn | kOffloadExpertFc1, p.offload.modules_fraction = 0.5;
+       }},
+      {"full recompute with distributed checkpoints, no SP", "llama-3.1-70b", [](Plan& p) {
+         p = zoo_plan(p.model, 32, 8192);
+         p.parallel.tp = 8, p.parallel.pp = 4, p.sequence_parallel = false, p.recompute = Recompute::Full;
+         p.distribute_saved_activations = true;
        }},
       {"VPP with a breadth-first microbatch group", "llama-3.1-70b", [](Plan& p) {
          p = zoo_plan(p.model, 64, 8192);

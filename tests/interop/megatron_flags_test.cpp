@@ -77,9 +77,9 @@ TEST(MegatronFlagTable, LcplanFlagsAreUniqueAndRefuseBadText) {
       Plan p;
       EXPECT_THROW(f.apply(p, "x?"), UserError);
     }
-  EXPECT_EQ(count, 28u);  // the 22 run-setting flags estimate and search had before they moved into the rows, --hybrid-cp,
+  EXPECT_EQ(count, 29u);  // the 22 run-setting flags estimate and search had before they moved into the rows, --hybrid-cp,
                           // --rank-capacity-factor, --paged-stash, --dist-opt-instances, --offload-modules-fraction,
-                          // --microbatch-group
+                          // --microbatch-group, --distribute-saved-activations
 }
 
 TEST(MegatronFlagTable, RowsAreCompleteForTheirFidelity) {
