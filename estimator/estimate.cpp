@@ -49,6 +49,10 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
   return e;
 }
 
+const char* fit_verdict(bool fits, bool fits_at_estimate) {
+  return fits ? "FITS" : fits_at_estimate ? "MAY NOT FIT (the upper end of its error band exceeds it)" : "DOES NOT FIT";
+}
+
 double peak_upper_bound(double peak_bytes, const Calibration& cal) { return cal.memory_band.measured_high(peak_bytes); }
 
 nlohmann::json breakdown_to_json(const MemoryBreakdown& b) {
@@ -147,7 +151,7 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
   }
   std::snprintf(line, sizeof line, "peak: %.2f GiB (%.2f GB) on stage %d during %s; capacity %.2f GiB -> %s\n",
                 e.memory.peak_bytes / GiB, e.memory.peak_bytes / GB, e.memory.peak_stage,
-                to_string(e.memory.peak_phase), e.capacity_bytes / GiB, e.fits ? "FITS" : "DOES NOT FIT");
+                to_string(e.memory.peak_phase), e.capacity_bytes / GiB, fit_verdict(e.fits, e.fits_at_estimate));
   o << line;
   if (e.band_points > 0) {
     std::snprintf(line, sizeof line, "  error band (10th-90th percentile of the profile's validation): %.2f-%.2f GiB\n",

@@ -46,6 +46,9 @@ nlohmann::json estimate_to_json(const Estimate& e, const Plan& p);
 // A breakdown as records hold it: {"<category name>": bytes} for every kMemoryCategories row.
 nlohmann::json breakdown_to_json(const MemoryBreakdown& b);
 
+// "FITS", "MAY NOT FIT (...)" when the peak fits but its band's upper end does not, or "DOES NOT FIT".
+const char* fit_verdict(bool fits, bool fits_at_estimate);
+
 // The upper end of a peak's band under a calibration (the peak when the profile has no memory band).
 double peak_upper_bound(double peak_bytes, const Calibration& cal);
 

@@ -53,7 +53,11 @@ std::string lcplan_exec_kernel_limits(const ModelSpec& m, const Plan& p) {
 
 // Megatron-LM's checks between settings (megatron/training/arguments.py validate_args, Megatron-Bridge comm_overlap.py):
 // optimizer offload needs the precision-aware optimizer and excludes fp8 parameters.
-std::string megatron_requirements(const ModelSpec&, const Plan& p) {
+std::string megatron_requirements(const ModelSpec& m, const Plan& p) {
+  if (p.parallel.ep > 1 && p.parallel.tp > 1 && !p.sequence_parallel && m.moe.num_experts > 0)
+    return "sequence_parallel = false with ep = " + std::to_string(p.parallel.ep) + " and tp = " +
+           std::to_string(p.parallel.tp) + " (Megatron-LM requires sequence parallelism with expert and tensor "
+           "parallelism; set it true)";
   if (p.offload.optimizer && !p.optimizer.precision_aware)
     return "offload.optimizer needs optimizer.precision_aware = true (Megatron-LM runs --optimizer-cpu-offload only with "
            "--use-precision-aware-optimizer; set it, or offload.optimizer false)";

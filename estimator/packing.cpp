@@ -331,7 +331,7 @@ std::string batch_estimate_table(const BatchEstimate& b, const LengthDistributio
   std::snprintf(buf, sizeof buf,
                 "  peak memory per GPU: %.2f GiB at the 99th-percentile microbatch, %.2f GiB at the fullest (%zu sequence%s, %lld tokens) -> %s\n",
                 b.peak_p99_bytes / GiB, b.peak_max_bytes / GiB, b.worst.lengths.size(), b.worst.lengths.size() == 1 ? "" : "s",
-                static_cast<long long>(b.worst.tokens), b.fits ? "FITS" : "DOES NOT FIT");
+                static_cast<long long>(b.worst.tokens), fit_verdict(b.fits, b.worst_estimate.fits_at_estimate));
   s += buf;
   std::snprintf(buf, sizeof buf,
                 "  step: expected %.3f s (10th-90th percentile of the drawn steps %.3f-%.3f s); the mean DP rank %.3f s, "

@@ -9,6 +9,7 @@
 #include "calibrate/measurement.h"
 #include "common/user_error.h"
 #include "estimator/derived_plan.h"
+#include "estimator/estimate.h"
 #include "estimator/memory_categories.h"
 #include "models/model_table.h"
 #include "models/params.h"
@@ -634,10 +635,12 @@ std::string time_table(const json& record) {
 std::string summary_table(const json& rec, const std::vector<const MeasuredRun*>& measured) {
   const double peak = value(rec, "memory/peak_bytes"), capacity = value(rec, "memory/capacity_bytes");
   const bool fits = rec.contains("fits") && rec.at("fits").is_boolean() && rec.at("fits").get<bool>();
+  const bool fits_at_estimate = rec.contains("fits_at_estimate") && rec.at("fits_at_estimate").is_boolean() &&
+                                rec.at("fits_at_estimate").get<bool>();
   std::vector<std::vector<std::string>> rows = {
       {"peak memory per GPU", gib(peak) + " (" + gb(peak) + ")"},
       {"peak stage / phase", fmt("%.0f", value(rec, "memory/peak_stage")) + " / " + string_at(rec.at("memory"), "peak_phase")},
-      {"HBM capacity", gib(capacity) + (fits ? " (fits)" : " (DOES NOT FIT)")},
+      {"HBM capacity", gib(capacity) + (fits ? " (fits)" : std::string(" (") + fit_verdict(fits, fits_at_estimate) + ")")},
       {"step time", secs(value(rec, "time/step_seconds"))},
       {"throughput", tflops(value(rec, "time/tflops_per_gpu")) + " per GPU (model FLOPs), MFU " + percent(value(rec, "time/mfu"))},
       {"tokens/s per GPU", fmt("%.0f", value(rec, "time/tokens_per_second_per_gpu"))},

@@ -369,6 +369,18 @@ std::vector<MegatronRow> batch_rows() {
        },
        .emit = [](MegatronEmission& e) { e.flags << " --seq-length " << e.p.seq_len; },
        .expressed = [](const Plan& p, FieldValues& v) { add(v, "seq_len", p.seq_len); }},
+      // The loader's cu_seqlens (megatron-settings.md section 8): attention within each packed document, whose lengths
+      // the flags do not give.
+      {.field = "(documents)",
+       .flags = {{"--sft", Arity::Switch}, {"--dataloader-inter-document-masking", Arity::Switch}},
+       .fidelity = Fidelity::Approximate,
+       .note = "packed documents attend within themselves; lcplan counts whole sequences unless --seq-lengths gives them",
+       .read = [](MegatronReading& r) {
+         for (const char* flag : {"--sft", "--dataloader-inter-document-masking"})
+           if (r.f.on(flag))
+             r.l.notes.push_back(std::string(flag) + " packs documents that attend only within themselves (THD); lcplan "
+                                 "counts whole --seq-length sequences unless --seq-lengths gives the documents' lengths");
+       }},
       {.field = "micro_batch",
        .flags = {{"--micro-batch-size", Arity::One}},
        .fidelity = Fidelity::Exact,

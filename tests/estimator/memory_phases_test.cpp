@@ -138,3 +138,31 @@ TEST(MemoryCategories, TheTableCoversTheBreakdown) {
 }
 
 }  // namespace
+
+// A peak inside capacity whose error band's upper end is not says so: "MAY NOT FIT", neither "FITS" nor "DOES NOT
+// FIT" (estimate_table's verdict; Estimate::fits is the band's, fits_at_estimate the peak's).
+TEST(MemoryPhases, APeakWhoseBandExceedsCapacityMayNotFit) {
+  Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
+  Calibration cal = calibration_for(load_calibration("default", data_dir()), hw.name, "megatron");
+  cal.memory_band = {-0.5, 0.0, 10, "test: measured up to 2x the estimate"};
+  const ModelSpec m = load_model("llama-3.1-8b", data_dir());
+  Plan p;
+  p.model = m.name, p.hardware = hw.name, p.gpus = 8, p.seq_len = 8192;
+  ASSERT_EQ(check_plan(m, p), std::nullopt);
+  const double peak = estimate(m, p, hw, cal).memory.peak_bytes;
+  struct Case {
+    double capacity;
+    const char* verdict;
+    bool fits, at_estimate;
+  };
+  for (const Case& c : {Case{3 * peak, "-> FITS\n", true, true}, Case{1.5 * peak, "-> MAY NOT FIT", false, true},
+                        Case{0.5 * peak, "-> DOES NOT FIT\n", false, false}}) {
+    hw.hbm_bytes = c.capacity;
+    const Estimate e = estimate(m, p, hw, cal);
+    EXPECT_EQ(e.fits, c.fits);
+    EXPECT_EQ(e.fits_at_estimate, c.at_estimate);
+    const std::string table = estimate_table(e, p, m, hw);
+    EXPECT_NE(table.find(c.verdict), std::string::npos) << table;
+  }
+}
+
