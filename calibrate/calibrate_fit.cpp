@@ -126,7 +126,9 @@ struct Param {
   std::string name;  // hardware or implementation name
   double prior = 0;  // prior value (base and implementation scopes)
   double sigma = 1;  // prior width in log units
-  int base = -1;     // hardware scope: index of the base parameter of the same key, or -1 (base held at start)
+  int base = -1;     // hardware scope: the parameter it shrinks toward (the base one of the same key, or its same
+                     // chip's override, Hardware::same_chip_as), or -1: the start profile's value for it
+  std::string toward = {};  // hardware scope: what it shrinks toward, in words
   bool fixed = false;
 };
 
@@ -168,6 +170,7 @@ struct Problem {
   std::vector<Param> params;
   const Calibration& start;
   FitSpec spec;
+  std::map<std::string, std::string> same_chip;  // hardware name -> Hardware::same_chip_as, where it names one
 
   Calibration with(const Eigen::VectorXd& theta) const {
     Calibration c = start;
@@ -182,11 +185,21 @@ struct Problem {
     }
     return theta;
   }
-  // A fixed (unidentified) parameter sits at its prior: the prior value, or a hardware override at the base value.
+  // A fixed (unidentified) parameter sits at its prior: the prior value, or a hardware override at what it shrinks
+  // toward (the base value, or the same chip's: calibration_for layers them so).
   double fixed_theta(const Eigen::VectorXd& theta, size_t k) const {
     const Param& p = params[k];
     if (p.scope != Scope::Hardware) return std::log(std::max(p.prior, floor_of(p.info)));
-    return p.base >= 0 ? theta[p.base] : std::log(std::max(start.*(p.info->member), floor_of(p.info)));
+    return p.base >= 0 ? theta[p.base] : std::log(std::max(start_value(p), floor_of(p.info)));
+  }
+  // A hardware override with nothing fitted to shrink toward: the start profile's value for it (its own override,
+  // else its same chip's, else the base value: calibration_for's layers).
+  double start_value(const Param& p) const {
+    const auto chip = same_chip.find(p.name);
+    for (const std::string& name : {p.name, chip == same_chip.end() ? std::string() : chip->second})
+      if (const auto it = start.per_hardware.find(name); it != start.per_hardware.end())
+        if (const auto o = it->second.find(p.info->key); o != it->second.end()) return o->second.value;
+    return start.*(p.info->member);
   }
   Eigen::VectorXd residuals(const Eigen::VectorXd& theta) const {
     const Calibration cal = with(theta);
@@ -210,7 +223,7 @@ struct Problem {
       const Param& p = params[k];
       double center = std::log(std::max(p.prior, floor_of(p.info)));
       if (p.scope == Scope::Hardware)
-        center = p.base >= 0 ? theta[p.base] : std::log(std::max(start.*(p.info->member), floor_of(p.info)));
+        center = fixed_theta(theta, k);
       r[data.size() + k] = p.fixed ? 0.0 : (theta[k] - center) / p.sigma;
     }
     return r;
@@ -291,8 +304,17 @@ double prior_value(const Calibration& priors, const std::string& key, Scope scop
   return priors.*(find_coefficient(key)->member);
 }
 
+// Each fitted hardware's same chip (Hardware::same_chip_as), where its profile names one.
+std::map<std::string, std::string> same_chips(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data) {
+  std::map<std::string, std::string> out;
+  for (const Datum& d : data)
+    if (const Hardware& hw = cases[d.case_index].hw; !hw.same_chip_as.empty()) out[hw.name] = hw.same_chip_as;
+  return out;
+}
+
 std::vector<Param> make_params(const std::vector<MeasuredCase>& cases, const std::vector<Datum>& data,
-                               const Calibration& priors, const FitSpec& spec) {
+                               const Calibration& priors, const Calibration& start, const FitSpec& spec,
+                               const std::map<std::string, std::string>& same_chip) {
   std::set<std::string> hardware, implementations;
   for (const Datum& d : data) {
     hardware.insert(cases[d.case_index].hw.name);
@@ -316,12 +338,33 @@ std::vector<Param> make_params(const std::vector<MeasuredCase>& cases, const std
     for (const std::string& impl : implementations)
       ps.push_back({&info, Scope::Implementation, impl, prior_value(priors, key, Scope::Implementation, impl), sigma_of(key)});
   }
+  // A hardware whose same chip is fitted too shrinks toward that chip's override (H200 toward H100: one die), which
+  // comes first; one whose chip the start profile has an override for but the data do not, toward that; the others
+  // toward the base value.
+  std::vector<std::string> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const std::string& hw : hardware) {
+      const auto chip = same_chip.find(hw);
+      if ((chip != same_chip.end() && hardware.count(chip->second)) == (pass == 1)) order.push_back(hw);
+    }
   for (const std::string& key : spec.per_hardware) {
     const CoefficientInfo& info = fittable(key);
     int base = -1;
     for (size_t k = 0; k < ps.size(); ++k)
       if (ps[k].scope == Scope::Base && ps[k].info == &info) base = int(k);
-    for (const std::string& hw : hardware) ps.push_back({&info, Scope::Hardware, hw, 0, spec.hardware_log_sigma, base});
+    const size_t first = ps.size();
+    for (const std::string& hw : order) {
+      Param p{&info, Scope::Hardware, hw, 0, spec.hardware_log_sigma, base, base >= 0 ? "the base value" : "its start value"};
+      const auto chip = same_chip.find(hw);
+      if (chip != same_chip.end()) {
+        const auto held = start.per_hardware.find(chip->second);
+        if (held != start.per_hardware.end() && held->second.count(key))
+          p.base = -1, p.toward = chip->second + "'s start value (the same chip)";
+        for (size_t k = first; k < ps.size(); ++k)
+          if (ps[k].name == chip->second) p.base = int(k), p.toward = chip->second + "'s value (the same chip)";
+      }
+      ps.push_back(p);
+    }
   }
   for (const Param& p : ps)
     if (p.scope != Scope::Hardware && !(p.prior > 0))
@@ -373,7 +416,8 @@ Eigen::VectorXd solve(Problem& pr, const Calibration& start, int max_iter, int* 
 FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibration& start, const Calibration& priors,
                           const FitOptions& opt) {
   const std::vector<Datum> data = data_of(cases);
-  Problem pr{cases, data, make_params(cases, data, priors, opt.spec), start, opt.spec};
+  const std::map<std::string, std::string> same_chip = same_chips(cases, data);
+  Problem pr{cases, data, make_params(cases, data, priors, start, opt.spec, same_chip), start, opt.spec, same_chip};
   size_t free_params = pr.params.size();
   if (opt.require_determined && free_params > data.size())
     throw UserError("cannot fit " + std::to_string(free_params) + " free coefficients to " + std::to_string(data.size()) +
@@ -394,15 +438,17 @@ FitResult fit_calibration(const std::vector<MeasuredCase>& cases, const Calibrat
     FittedCoefficient fc{p.info->key, scope_label(p), prior_v, std::exp(theta[k]), !p.fixed};
     if (p.fixed) {
       fc.value = prior_v;
-      if (p.scope == Scope::Hardware) {  // no override: the hardware reads the base value
+      // Held at what it shrinks toward: with that fitted, no override of its own (calibration_for layers the base or
+      // same chip's value in); else the start profile's values stay as they were.
+      if (p.scope == Scope::Hardware) {
         auto it = res.calibration.per_hardware.find(p.name);
-        if (it != res.calibration.per_hardware.end()) it->second.erase(p.info->key);
+        if (it != res.calibration.per_hardware.end() && p.base >= 0) it->second.erase(p.info->key);
       } else {
         put(res.calibration, p, prior_v, "prior kept: " + from + " do not identify it; prior: " + prior_prov);
       }
     } else {
       const std::string prov = p.scope == Scope::Hardware
-                                   ? "fitted: " + from + " (hardware " + p.name + ", shrunk toward the base value)"
+                                   ? "fitted: " + from + " (hardware " + p.name + ", shrunk toward " + p.toward + ")"
                                    : "fitted: " + from + "; prior " + buf + " (" + prior_prov + ")";
       put(res.calibration, p, fc.value, prov);
     }

@@ -84,6 +84,39 @@ TEST_F(Fixture, HardwareOverridesAreShrunkTowardTheSharedValue) {
   EXPECT_DOUBLE_EQ(calibration_for(r.calibration, "b300", "megatron").gemm_efficiency, r.calibration.gemm_efficiency);
 }
 
+// A hardware of the same die as another fitted one (H200: H100's GH100, Hardware::same_chip_as) shrinks toward that
+// one's override, not toward the shared value the other machines pull: with data too weak to move it far, H200's
+// GEMM efficiency lands by H100's, and without its own rows it reads H100's.
+TEST_F(Fixture, AHardwareShrinksTowardItsSameChip) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (int seq : {1024, 2048, 4096, 8192, 16384, 32768}) {
+    runs.push_back(run("h" + std::to_string(seq), "llama-3.1-8b", seq, "h100-sxm-80gb"));
+    runs.push_back(run("b" + std::to_string(seq), "llama-3.1-8b", seq, "b200"));
+    runs.push_back(run("g" + std::to_string(seq), "llama-3.1-8b", seq, "gb200-nvl72"));
+  }
+  runs.push_back(run("x", "llama-3.1-8b", 4096, "h200"));
+  Calibration truth = priors;
+  truth.per_hardware["h100-sxm-80gb"]["time.gemm_efficiency"] = {0.75, "truth"};
+  truth.per_hardware["h200"]["time.gemm_efficiency"] = {0.75, "truth"};
+  truth.per_hardware["b200"]["time.gemm_efficiency"] = {0.40, "truth"};
+  truth.per_hardware["gb200-nvl72"]["time.gemm_efficiency"] = {0.40, "truth"};
+  const auto cs = synthetic(runs, truth);
+  FitOptions opt;
+  opt.spec.keys = {"time.gemm_efficiency"};
+  opt.spec.per_hardware = {"time.gemm_efficiency"};
+  opt.spec.huber_delta = 0;
+  opt.spec.model_error = 0.15;  // one H200 row: its prior (what it shrinks toward) matters
+  const FitResult r = fit_calibration(cs, priors, priors, opt);
+  const auto& hw = r.calibration.per_hardware;
+  const double h100 = hw.at("h100-sxm-80gb").at("time.gemm_efficiency").value, base = r.calibration.gemm_efficiency;
+  ASSERT_GT(h100 - base, 0.08);  // 0.72 against 0.61 (shrinking toward the shared value instead: H200 at 0.68)
+  ASSERT_TRUE(hw.count("h200"));
+  const auto& h200 = hw.at("h200").at("time.gemm_efficiency");
+  EXPECT_LT(std::abs(h200.value - h100), 0.2 * (h100 - base)) << h200.value << " " << h100 << " " << base;
+  EXPECT_NE(h200.provenance.find("shrunk toward h100-sxm-80gb's value (the same chip)"), std::string::npos) << h200.provenance;
+  EXPECT_NE(hw.at("b200").at("time.gemm_efficiency").provenance.find("shrunk toward the base value"), std::string::npos);
+}
+
 TEST_F(Fixture, RefusesBadSpecs) {
   const auto cs = resolve_measurements(measurements_from_json(nlohmann::json::array({run("r", "llama-3.1-8b", 4096, "h100-sxm-80gb")}), "r"),
                                        data_dir());
