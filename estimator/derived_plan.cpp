@@ -351,6 +351,7 @@ void set_attention_view(DerivedPlan& d, const Plan& p) {
       const double l = double(p.packed_lengths[i]), g = p.packed_splits[i];
       chunk_squares += l * l / g, tokens += l;
       if (g > 1) split += l;
+      if (g > 1) d.split_ring_tokens[std::min<size_t>(16, size_t(std::log2(g) + 0.5))] += l / q.cp;
       causal_work += l * l / g * causal_over(g);
     }
     d.causal_share = chunk_squares > 0 ? causal_work / chunk_squares : 1.0;

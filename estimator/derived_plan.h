@@ -7,6 +7,7 @@
 // saved activations a stage holds at its peak.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -108,6 +109,9 @@ struct DerivedPlan {
   double causal_share = 1;      // share of this rank's attention FLOPs whose kernels run under a causal mask
   double cp_split_tokens = 0;   // local tokens of sequences split over CP ranks (their K/V is exchanged): local_tokens,
                                 // less under hybrid CP (Plan::packed_splits: whole sequences exchange nothing)
+  // Hybrid CP: per split size 2^i (i >= 1), this rank's local tokens of the sequences split over that many CP ranks,
+  // each sequence's K/V exchanged in a ring of its own ranks; all zero otherwise (one ring of cp: cp_split_tokens).
+  std::array<double, 17> split_ring_tokens{};
   bool sequence_parallel = false;
   double routed_tokens = 0;     // routed token copies on the busiest rank (hidden tokens * etp * top_k * load)
   double tokens_per_local_expert = 0;  // routed_tokens * ep / experts

@@ -26,8 +26,8 @@ struct PackedMicrobatch {
 // group's microbatch runs on the fewest CP ranks, a power of two, that hold it within `budget` tokens per GPU, in the
 // aligned group of that size whose busiest rank is least loaded (longest first). Returns the busiest rank's work as a
 // regular CP microbatch: a sequence split over g of the cp ranks appears cp / g times, so the rank's tokens (sum L / g)
-// and causal squares (sum L^2 / g) are what the estimator charges. CP communication is then charged as if every
-// sequence were split (an upper bound: whole sequences exchange nothing). Needs cp a power of two.
+// and causal squares (sum L^2 / g) are what the estimator charges, and each split sequence's K/V ring runs over its g
+// ranks (DerivedPlan::split_ring_tokens). Needs cp a power of two.
 PackedMicrobatch hybrid_cp_busiest_rank(const PackedMicrobatch& mb, int cp, int64_t budget);
 
 // The steps drawn with the options' seed: per step, per DP rank, its microbatches. Throws UserError when a sequence

@@ -313,10 +313,25 @@ CpCost cp_attention(const DerivedPlan& d, const KernelRates& rate, MixerKind mix
     c.exposed_fwd = c.exposed_bwd = rate.collective(Collective::AllToAll, bytes, inner);
   }
   if (ring.size <= 1) return c;
-  // The sequence's K/V, this rank's heads (a hybrid-CP sequence split over fewer ranks is charged the full ring).
-  const double gathered = d.cp_split_tokens * d.cp.size * kv_dim / tp / a2a * kBf16;
-  const double comm_fwd = rate.collective(Collective::AllGather, gathered, ring);
-  const double comm_bwd = comm_fwd + rate.collective(Collective::ReduceScatter, gathered, ring);  // + dK/dV
+  // The sequence's K/V, this rank's heads, all-gathered around the ring and dK/dV reduce-scattered back; under hybrid
+  // CP each split size's sequences in a ring of their own ranks (Megatron-LM's sub-groups of 2^i CP ranks).
+  double comm_fwd = 0, comm_bwd = 0;
+  auto exchange = [&](double chunk_tokens, GroupFacts g) {
+    const double gathered = chunk_tokens * g.size * a2a * kv_dim / tp / a2a * kBf16;
+    const double gather = rate.collective(Collective::AllGather, gathered, g);
+    comm_fwd += gather;
+    comm_bwd += gather + rate.collective(Collective::ReduceScatter, gathered, g);
+  };
+  if (p.packed_splits.empty()) exchange(d.cp_split_tokens, ring);
+  for (size_t i = 1; i < d.split_ring_tokens.size(); ++i) {
+    const int ranks = 1 << i;
+    if (d.split_ring_tokens[i] <= 0 || ranks <= a2a) continue;
+    GroupFacts sub = ring;
+    sub.size = ranks / a2a;
+    sub.nodes = std::max(1, (ring.nodes * sub.size + ring.size - 1) / ring.size);
+    if (sub.nodes == 1) sub.tier = LinkTier::NVLink;
+    exchange(d.split_ring_tokens[i], sub);
+  }
   if (type == CpComm::AllGather) {
     c.exposed_fwd += comm_fwd;
     c.exposed_bwd += comm_bwd;

@@ -201,6 +201,31 @@ TEST_F(Fixture, ARingOfCpRanksRunsMostAttentionUnmasked) {
   EXPECT_DOUBLE_EQ(attention_ratio(llama, p, masked, plain), 1.0);
 }
 
+// Hybrid CP (Plan::packed_splits): a sequence split over g of the cp ranks exchanges its K/V in a ring of those g
+// ranks, as a regular CP group of g does, not around all cp (Megatron-LM's hybrid CP sub-groups); a whole sequence
+// exchanges nothing.
+TEST_F(Fixture, AHybridCpSequenceRingsOverItsOwnRanks) {
+  const ModelSpec llama = load_model("llama-3.1-8b", data_dir());
+  auto cp_comm = [&](const Plan& p) {
+    EXPECT_EQ(check_plan(llama, p), std::nullopt);
+    const TimeBreakdown b = estimate_time(llama, p, hw, cal).breakdown;
+    return b.exposed_comm.cp + b.hidden_cp;
+  };
+  // One 32K sequence over 2 ranks: as hybrid CP's busiest rank of a cp 8 group it appears cp / g = 4 times.
+  Plan regular = llama_plan(32768);
+  regular.gpus = 2, regular.parallel.cp = 2, regular.global_batch = 1;
+  Plan hybrid = llama_plan(4 * 32768);
+  hybrid.gpus = 8, hybrid.parallel.cp = 8, hybrid.global_batch = 1;
+  hybrid.packed_lengths = {32768, 32768, 32768, 32768};
+  hybrid.packed_splits = {2, 2, 2, 2};
+  const double ring_of_two = cp_comm(regular);
+  ASSERT_GT(ring_of_two, 0);
+  EXPECT_NEAR(cp_comm(hybrid) / ring_of_two, 1.0, 1e-9);
+  hybrid.packed_splits = {1, 1, 1, 1};
+  hybrid.packed_lengths = {32768, 32768, 32768, 32768};
+  EXPECT_DOUBLE_EQ(cp_comm(hybrid), 0.0);
+}
+
 TEST_F(Fixture, ASlidingWindowRunsAtItsWindowsRate) {
   // Flash attention's rate rises with the keys a query tile walks (attention_half_seq); a window of w keys walks as
   // many as a causal sequence of 2w, so a sliding layer runs at that length's rate, a full one at its sequence's.
