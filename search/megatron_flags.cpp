@@ -296,7 +296,7 @@ std::vector<MegatronRow> parallel_rows() {
        .expressed = expressed_pipeline},
       // The interleaved schedule's microbatch group (megatron-settings.md section 7; default pp, depth-first).
       {.field = "pipeline.microbatch_group",
-       .flags = {{"--microbatch-group-size-per-virtual-pipeline-stage", Arity::One}},
+       .flags = {{"--microbatch-group-size-per-virtual-pipeline-stage", Arity::One, "microbatch_group_size_per_vp_stage"}},
        .fidelity = Fidelity::Exact,
        .note = "",
        .read = [](MegatronReading& r) {

@@ -361,6 +361,14 @@ TEST(Flags, MegatronBridgeOverrides) {
   EXPECT_EQ(p.optimizer_sharding, OptimizerSharding::DistOpt);
   EXPECT_EQ(p.recompute, Recompute::Full);
   EXPECT_EQ(p.precision, Precision::MXFP8);
+  // A config field named otherwise than its flag (ModelParallelConfig microbatch_group_size_per_vp_stage).
+  const Plan g = plan_of(
+      "python run.py model.pipeline_model_parallel_size=4 model.virtual_pipeline_model_parallel_size=2 "
+      "train.global_batch_size=256 model.microbatch_group_size_per_vp_stage=8 model.tensor_model_parallel_size=4 "
+      "model.recompute_granularity=full model.recompute_method=uniform model.recompute_num_layers=1 "
+      "model.distribute_saved_activations=true");
+  EXPECT_EQ(g.microbatch_group, 8);
+  EXPECT_TRUE(g.distribute_saved_activations);
 }
 
 TEST(Layout, Grammar) {
