@@ -128,11 +128,13 @@ std::string estimate_table(const Estimate& e, const Plan& p, const ModelSpec& m,
   char line[512];
   const Parallel& q = p.parallel;
   o << run_header(p, m.name, hw.name, p.global_batch == 0, true);
+  const std::string group = p.microbatch_group > 0 ? " (microbatch group " + std::to_string(p.microbatch_group) + ")" : "";
+  const std::string layers = (p.recompute_layers > 0 ? " (" + std::to_string(p.recompute_layers) + " layers)" : "") +
+                             std::string(p.distribute_saved_activations ? ", distributed over tp" : "");
   std::snprintf(line, sizeof line,
-                "tp %d  pp %d  vpp %d  cp %d  ep %d  etp %d  dp %d | %s | recompute %s%s | %s | ep_chunks %d | %s\n",
-                q.tp, q.pp, q.vpp, q.cp, q.ep, q.etp, data_parallel(p),
-                to_string(p.optimizer_sharding), to_string(p.recompute),
-                p.recompute_layers > 0 ? (" (" + std::to_string(p.recompute_layers) + " layers)").c_str() : "",
+                "tp %d  pp %d  vpp %d%s  cp %d  ep %d  etp %d  dp %d | %s | recompute %s%s | %s | ep_chunks %d | %s\n",
+                q.tp, q.pp, q.vpp, group.c_str(), q.cp, q.ep, q.etp, data_parallel(p),
+                to_string(p.optimizer_sharding), to_string(p.recompute), layers.c_str(),
                 p.linear_ce ? "linear CE" : "materialized logits", p.moe.ep_chunks, to_string(p.precision));
   o << line << "\nMemory per GPU (GiB), per pipeline stage at its peak phase\n";
   // One printf-formatted piece of a row.
