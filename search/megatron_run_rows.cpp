@@ -484,11 +484,43 @@ std::vector<MegatronRow> moe_and_comm_rows() {
   };
 }
 
+// Settings whose effect lcplan does not model apart from what it already charges: each read with the sentence saying
+// what lcplan assumes instead (megatron-settings.md sections 3, 4, 5 and 6 name them; none gives a size to cost).
+const std::pair<const char*, const char*> kUnmodelled[] = {
+    {"--overlap-param-gather-with-optimizer-step",
+     "lcplan hides the distributed optimizer's parameter all-gather under the forward either way (the first bucket's "
+     "wait, which this moves under the optimizer step, is not modelled)"},
+    {"--optimizer-cuda-graph", "the optimizer step's host launches are part of time.step_overhead_seconds, not separated"},
+    {"--ep-overlap-early-attn-memory-release",
+     "lcplan charges EP overlap a whole layer of the paired microbatch; the attention memory released early is not sized"},
+    {"--min-offloaded-tensor-size", "lcplan offloads every chosen module's input whatever its size"},
+    {"--delay-offload-until-cuda-graph", "the offload's start does not move lcplan's copies, which run beside the passes"},
+    {"--delta-offload-bytes-across-pp-ranks", "lcplan offloads the same share on every pipeline rank"},
+    {"--reuse-grad-buf-for-mxfp8-param-ag", "lcplan counts mxfp8's bf16 parameter all-gather in the parameter buffer as "
+                                           "it is; the gradient buffer's reuse is not modelled"},
+};
+
+void read_unmodelled(MegatronReading& r) {
+  for (const auto& [flag, sentence] : kUnmodelled)
+    if (r.f.has(flag)) r.l.notes.push_back(std::string(flag) + " is read without effect: " + sentence);
+}
+
 }  // namespace
 
 std::vector<MegatronRow> run_setting_rows() {
   std::vector<MegatronRow> rows = numerics_rows();
   for (MegatronRow& r : moe_and_comm_rows()) rows.push_back(std::move(r));
+  rows.push_back({.field = "(settings without a modelled effect)",
+                  .flags = {{"--overlap-param-gather-with-optimizer-step", Arity::Switch},
+                            {"--optimizer-cuda-graph", Arity::Switch},
+                            {"--ep-overlap-early-attn-memory-release", Arity::Switch},
+                            {"--min-offloaded-tensor-size", Arity::One},
+                            {"--delay-offload-until-cuda-graph", Arity::Switch},
+                            {"--delta-offload-bytes-across-pp-ranks", Arity::One},
+                            {"--reuse-grad-buf-for-mxfp8-param-ag", Arity::Switch}},
+                  .fidelity = Fidelity::Approximate,
+                  .note = "read with a note saying what lcplan assumes instead",
+                  .read = read_unmodelled});
   return rows;
 }
 
