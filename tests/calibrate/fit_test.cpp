@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "calibrate/calibrate_fit.h"
 #include "calibrate/validate.h"
@@ -32,6 +33,17 @@ std::vector<MeasuredCase> synthetic(const nlohmann::json& runs, const Calibratio
 
 struct Fixture : ::testing::Test {
   Calibration priors = load_calibration("priors", data_dir());
+  // The GEMM efficiency fitted shared and per hardware to runs measured under these per-hardware values, exactly.
+  FitResult fit_gemm_per_hardware(const nlohmann::json& runs, const std::map<std::string, double>& truth_by_hardware,
+                                  double model_error) const {
+    Calibration truth = priors;
+    for (const auto& [hw, value] : truth_by_hardware) truth.per_hardware[hw]["time.gemm_efficiency"] = {value, "truth"};
+    FitOptions opt;
+    opt.spec.keys = opt.spec.per_hardware = {"time.gemm_efficiency"};
+    opt.spec.huber_delta = 0;
+    opt.spec.model_error = model_error;
+    return fit_calibration(synthetic(runs, truth), priors, priors, opt);
+  }
 };
 
 TEST_F(Fixture, RecoversAKnownCoefficientAndKeepsUnidentifiedOnesAtTheirPriors) {
@@ -64,16 +76,7 @@ TEST_F(Fixture, HardwareOverridesAreShrunkTowardTheSharedValue) {
     runs.push_back(run("h" + std::to_string(seq), "llama-3.1-8b", seq, "h100-sxm-80gb"));
     runs.push_back(run("b" + std::to_string(seq), "llama-3.1-8b", seq, "b200"));
   }
-  Calibration truth = priors;
-  truth.per_hardware["h100-sxm-80gb"]["time.gemm_efficiency"] = {0.70, "truth"};
-  truth.per_hardware["b200"]["time.gemm_efficiency"] = {0.55, "truth"};
-  const auto cs = synthetic(runs, truth);
-  FitOptions opt;
-  opt.spec.keys = {"time.gemm_efficiency"};
-  opt.spec.per_hardware = {"time.gemm_efficiency"};
-  opt.spec.huber_delta = 0;
-  opt.spec.model_error = 0.01;
-  const FitResult r = fit_calibration(cs, priors, priors, opt);
+  const FitResult r = fit_gemm_per_hardware(runs, {{"h100-sxm-80gb", 0.70}, {"b200", 0.55}}, 0.01);
   const double h = r.calibration.per_hardware.at("h100-sxm-80gb").at("time.gemm_efficiency").value;
   const double b = r.calibration.per_hardware.at("b200").at("time.gemm_efficiency").value;
   EXPECT_NEAR(h, 0.70, 0.02);
@@ -86,7 +89,7 @@ TEST_F(Fixture, HardwareOverridesAreShrunkTowardTheSharedValue) {
 
 // A hardware of the same die as another fitted one (H200: H100's GH100, Hardware::same_chip_as) shrinks toward that
 // one's override, not toward the shared value the other machines pull: with data too weak to move it far, H200's
-// GEMM efficiency lands by H100's, and without its own rows it reads H100's.
+// GEMM efficiency lands by H100's.
 TEST_F(Fixture, AHardwareShrinksTowardItsSameChip) {
   nlohmann::json runs = nlohmann::json::array();
   for (int seq : {1024, 2048, 4096, 8192, 16384, 32768}) {
@@ -95,18 +98,9 @@ TEST_F(Fixture, AHardwareShrinksTowardItsSameChip) {
     runs.push_back(run("g" + std::to_string(seq), "llama-3.1-8b", seq, "gb200-nvl72"));
   }
   runs.push_back(run("x", "llama-3.1-8b", 4096, "h200"));
-  Calibration truth = priors;
-  truth.per_hardware["h100-sxm-80gb"]["time.gemm_efficiency"] = {0.75, "truth"};
-  truth.per_hardware["h200"]["time.gemm_efficiency"] = {0.75, "truth"};
-  truth.per_hardware["b200"]["time.gemm_efficiency"] = {0.40, "truth"};
-  truth.per_hardware["gb200-nvl72"]["time.gemm_efficiency"] = {0.40, "truth"};
-  const auto cs = synthetic(runs, truth);
-  FitOptions opt;
-  opt.spec.keys = {"time.gemm_efficiency"};
-  opt.spec.per_hardware = {"time.gemm_efficiency"};
-  opt.spec.huber_delta = 0;
-  opt.spec.model_error = 0.15;  // one H200 row: its prior (what it shrinks toward) matters
-  const FitResult r = fit_calibration(cs, priors, priors, opt);
+  // One H200 row and a wide model error: its prior (what it shrinks toward) matters.
+  const FitResult r = fit_gemm_per_hardware(
+      runs, {{"h100-sxm-80gb", 0.75}, {"h200", 0.75}, {"b200", 0.40}, {"gb200-nvl72", 0.40}}, 0.15);
   const auto& hw = r.calibration.per_hardware;
   const double h100 = hw.at("h100-sxm-80gb").at("time.gemm_efficiency").value, base = r.calibration.gemm_efficiency;
   ASSERT_GT(h100 - base, 0.08);  // 0.72 against 0.61 (shrinking toward the shared value instead: H200 at 0.68)
