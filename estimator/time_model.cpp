@@ -317,7 +317,8 @@ CpCost cp_attention(const DerivedPlan& d, const KernelRates& rate, MixerKind mix
   // CP each split size's sequences in a ring of their own ranks (Megatron-LM's sub-groups of 2^i CP ranks).
   double comm_fwd = 0, comm_bwd = 0;
   auto exchange = [&](double chunk_tokens, GroupFacts g) {
-    const double gathered = chunk_tokens * g.size * a2a * kv_dim / tp / a2a * kBf16;
+    // Every ring rank's chunk of K/V (a2a+p2p: an a2a group's tokens over 1/a2a of the heads: the same bytes).
+    const double gathered = chunk_tokens * g.size * kv_dim / tp * kBf16;
     const double gather = rate.collective(Collective::AllGather, gathered, g);
     comm_fwd += gather;
     comm_bwd += gather + rate.collective(Collective::ReduceScatter, gathered, g);
@@ -382,7 +383,6 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
   return t;
 }
 
-// One decoder layer (or MTP layer body) for one microbatch on this rank.
 // A distributed checkpoint's input (Plan::distribute_saved_activations) is all-gathered over TP before its replay,
 // once per checkpoint of recompute_layers layers with the uniform method (tensor_parallel/random.py gather_split_1d_tensor).
 double checkpoint_regather(const DerivedPlan& d, const KernelRates& rate) {
@@ -394,6 +394,7 @@ double checkpoint_regather(const DerivedPlan& d, const KernelRates& rate) {
   return rate.collective(Collective::AllGather, d.local_tokens * d.model->hidden * kBf16, tp) / layers;
 }
 
+// One decoder layer (or MTP layer body) for one microbatch on this rank.
 LayerCost layer_cost(const DerivedPlan& d, const KernelRates& rate, const LayerKind& kind, bool recomputed,
                      const MoeLayerTime& moe) {
   const ModelSpec& m = *d.model;

@@ -58,6 +58,8 @@ edge_plans = [
     dict(ref, parallel={"tp": 65536, "pp": 65536, "cp": 65536}, dp=1), dict(ref, micro_batch=2147483647),
     dict(ref, parallel={"tp": 1, "bogus": 2}), dict(ref, moe={"routing_imbalance": 1e308}),
     dict(ref, moe={"routing_imbalance": "x"}), dict(ref, recompute="partial"), {"model": ""}, {}, [], 5, "plan",
+    dict(ref, parallel={"tp": 2, "pp": 2, "vpp": 2, "cp": 1, "ep": 8, "etp": 1}, pipeline={"microbatch_group": 4},
+         sequence_parallel=False, distribute_saved_activations=True),
 ]
 for i, pl in enumerate(edge_plans):
     put("plan", "edge-%02d" % i, pl)
