@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <set>
@@ -93,7 +94,11 @@ void predict_left_out(const std::vector<MeasuredCase>& cases, const Calibration&
   }
 }
 
-std::string model_of(const MeasuredCase& c) { return c.meas.plan.model; }
+// A model named by its config file reads as the file's stem (models/x.json -> x), as a zoo model reads by its name.
+std::string model_of(const MeasuredCase& c) {
+  const std::string& m = c.meas.plan.model;
+  return m.size() > 5 && m.compare(m.size() - 5, 5, ".json") == 0 ? std::filesystem::path(m).stem().string() : m;
+}
 std::string hardware_of(const MeasuredCase& c) { return c.hw.name; }
 std::string context_of(const MeasuredCase& c) { return context_band(double(c.meas.plan.seq_len)); }
 
@@ -141,7 +146,7 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
     for (Quantity q : quantities_of(c.meas)) {
       ValidationRow r;
       r.id = c.meas.id;
-      r.model = c.meas.plan.model;
+      r.model = model_of(c);
       r.hardware = c.hw.name;
       r.context = context_of(c);
       r.precision = to_string(c.meas.plan.precision);

@@ -7,12 +7,23 @@ rewrites the README block between the validation markers. tests/time/validation_
 grows more than 2 points beyond what is recorded here, or when README and this file disagree.
 
 Usage: scripts/record_validation.py [path/to/lcplan]   (default build/release/cli/lcplan)"""
-import datetime, json, os, subprocess, sys
+import datetime, json, os, re, subprocess, sys
 
 root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-CORPUS = ["megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json",
-          "megatron-moe-long-context-h100-runs.json"]
-LAYERS = "megatron-moe-layer-perf-h100-runs.json"  # one MoE layer's forward + backward: held case by case
+LAYERS = "megatron-moe-layer-perf-h100-runs.json"  # one MoE layer's forward + backward: also held case by case
+
+
+def fitted_files():
+    """Every file the default profile is fitted to (scripts/fit_default_profile.sh's names): a refit that leaves a
+    group out must see every other row the shipped fit saw, or its error is not the shipped profile's."""
+    text = open(os.path.join(root, "scripts", "fit_default_profile.sh")).read()
+    m = re.search(r"^names=\(([^)]*)\)", text, re.M)
+    if not m:
+        sys.exit("record_validation.py: scripts/fit_default_profile.sh has no names=(...) list of measurement files")
+    return m.group(1).split()
+
+
+CORPUS = fitted_files()
 BEGIN, END = "<!-- validation-groups:begin -->", "<!-- validation-groups:end -->"
 LAYER_BEGIN, LAYER_END = "<!-- moe-layer-benchmarks:begin -->", "<!-- moe-layer-benchmarks:end -->"
 

@@ -4,12 +4,15 @@
 //
 // The thresholds are what the profile reaches today (README "Validation"), so a change that makes it worse fails;
 // the targets that are not met (leave-one-model-out 15%, the article's a5 within 10%) are stated there.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -172,10 +175,19 @@ TEST_F(Fixture, MoeLayerBenchmarksHoldTheirRecord) {
   EXPECT_EQ(n, 12);
 }
 
-ValidationReport validate_files(std::initializer_list<const char*> files, const Calibration& profile,
+// The corpus CI validates: every file the default profile is fitted to (scripts/record_validation.py records them from
+// scripts/fit_default_profile.sh), so each leave-one-group-out refit sees what the shipped fit saw but the group.
+std::vector<std::string> corpus() {
+  std::vector<std::string> files;
+  const nlohmann::json rec = read_json_file(data_dir() + "/data/validation/recorded-errors.json", "record");
+  for (const auto& f : rec.at("corpus")) files.push_back(std::filesystem::path(f.get<std::string>()).filename().string());
+  return files;
+}
+
+ValidationReport validate_files(const std::vector<std::string>& files, const Calibration& profile,
                                 const Calibration& priors, std::vector<Measurement>& not_modelled) {
   std::vector<MeasuredCase> all;
-  for (const char* f : files) {
+  for (const std::string& f : files) {
     auto c = cases(f, &not_modelled);
     all.insert(all.end(), c.begin(), c.end());
   }
@@ -184,18 +196,32 @@ ValidationReport validate_files(std::initializer_list<const char*> files, const 
   return validate_profile(all, not_modelled, profile, priors, opt);
 }
 
-// The corpus CI validates (the whole steps the default profile is fitted to, with the article's chunked-EP layers;
-// scripts/fit_default_profile.sh): in sample and leave one model / one hardware / one context band out, within the
+// The corpus is every file the shipped profile is fitted to: a file fitted but not validated would leave its rows out
+// of every refit, and the left-out errors would describe a fit that does not ship.
+TEST_F(Fixture, TheCorpusIsWhatTheProfileIsFittedTo) {
+  const std::string& fitted = profile.provenance.at("time.gemm_efficiency");
+  ASSERT_EQ(fitted.rfind("fitted: ", 0), 0u) << fitted;
+  const std::vector<std::string> files = corpus();
+  size_t named = 0;
+  for (size_t at = fitted.find("data/validation/"); at != std::string::npos; at = fitted.find("data/validation/", at + 1)) {
+    const size_t end = fitted.find(".json", at);
+    ASSERT_NE(end, std::string::npos) << fitted;
+    const std::string file = fitted.substr(at + 16, end + 5 - at - 16);
+    EXPECT_NE(std::find(files.begin(), files.end(), file), files.end()) << file << " is fitted but not validated";
+    ++named;
+  }
+  EXPECT_EQ(named, files.size()) << fitted;
+}
+
+// The corpus CI validates (corpus()): in sample and leave one model / one hardware / one context band out, within the
 // limits; the bands the shipped profile carries are computed here.
 TEST_F(Fixture, FittedRowsHoldTheirLimits) {
   std::vector<Measurement> not_modelled;
-  const ValidationReport r = validate_files({"megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json",
-                                             "bumblebee-runs.json", "megatron-moe-long-context-h100-runs.json"},
-                                            profile, priors, not_modelled);
+  const ValidationReport r = validate_files(corpus(), profile, priors, not_modelled);
   EXPECT_GE(r.time_rows, 80);
   EXPECT_LE(r.time_in_sample, 0.11);
   EXPECT_LE(r.time_lomo, 0.21);
-  EXPECT_LE(r.time_loho, 0.22);
+  EXPECT_LE(r.time_loho, 0.31);  // 29.9% with the layer benchmarks, 44% of them predicted without H100 (README)
   // Dense models generalize across models: the group errors the scoring cares most about.
   for (const GroupError& g : r.by_model)
     if (g.group.rfind("model llama", 0) == 0) {
@@ -209,10 +235,7 @@ TEST_F(Fixture, FittedRowsHoldTheirLimits) {
 // hardware, context band) holds its record, with each group's error printed.
 TEST_F(Fixture, EveryVisibleRowIsAnsweredAndTheErrorsHold) {
   std::vector<Measurement> not_modelled;
-  const ValidationReport r =
-      validate_files({"megatron-bridge-h100-runs.json", "megatron-bridge-blackwell-runs.json", "bumblebee-runs.json",
-                      "megatron-moe-long-context-h100-runs.json"},
-                     profile, priors, not_modelled);
+  const ValidationReport r = validate_files(corpus(), profile, priors, not_modelled);
   std::fputs(validation_table(r).c_str(), stdout);
   // Rows that are not answered say why: LoRA runs, Mamba hybrids, and one impossible layout.
   for (const auto& [id, why] : r.not_modelled) EXPECT_FALSE(why.empty()) << id;
