@@ -313,7 +313,7 @@ LayerActivation layer_activation(const ModelSpec& m, const Plan& p, const LayerS
   out.offloaded = a.offloaded;
   // Full recompute keeps the layer input; the uniform method keeps one per checkpoint of recompute_layers layers;
   // distributed checkpoints keep a 1/tp slice of it (Plan::distribute_saved_activations).
-  const double group = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
+  const double group = layers_per_checkpoint(p);
   const double split = p.distribute_saved_activations ? p.parallel.tp : 1;
   if (recomputed) out.saved = input / group / split;
   else out.saved = a.total - a.dropped - a.offloaded;
@@ -437,7 +437,7 @@ DerivedPlan derive_layout(const ModelSpec& m, const Plan& p, const Hardware& hw,
       r.stage = c % q.pp;
       r.vchunk = c / q.pp;
       r.pos = pos;
-      r.inflight = inflight(r.stage, r.vchunk, q.pp, q.vpp, d.microbatches, p.microbatch_group);
+      r.inflight = inflight(r.stage, r.vchunk, q.pp, q.vpp, d.microbatches, microbatch_group_size(p));
       d.layers.push_back(r);
       StageRecord& st = d.stages[r.stage];
       add_unit(st, d.kinds[r.kind].params);

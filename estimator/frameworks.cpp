@@ -29,7 +29,7 @@ std::string lcplan_exec_kernel_limits(const ModelSpec& m, const Plan& p) {
            " does not split over tp = " + std::to_string(q.tp);
   // Megatron-LM's interleaved schedule runs microbatches in groups of pp (or microbatch_group) per virtual stage
   // (schedules.py): with a partial last group its order can wait forever (executor/schedule.h simulate_pipeline).
-  const int group = p.microbatch_group > 0 ? p.microbatch_group : q.pp;
+  const int group = microbatch_group_size(p);
   if (q.vpp > 1 && num_microbatches(p) % group != 0)
     return "the interleaved pipeline schedule needs the microbatches per step (" +
            std::to_string(num_microbatches(p)) + " = global_batch / (micro_batch x dp)) to be a multiple of its group of " +

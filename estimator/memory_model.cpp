@@ -113,7 +113,7 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
   // (kind, recomputed) pair the stage holds. During its backward a layer is whole on the device: full recompute
   // rebuilds it (chunked EP one chunk of routed tokens at a time; the uniform method a checkpoint's layers at once),
   // selective recompute rebuilds what it dropped, offloaded modules' inputs come back from the host.
-  const double group = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
+  const double group = layers_per_checkpoint(p);
   auto rebuilt = [&](const StageRecord& st, double& working, double& whole) {
     working = whole = 0;
     for (uint64_t bits = st.kinds_present; bits; bits &= bits - 1) {

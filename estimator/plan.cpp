@@ -42,6 +42,14 @@ int num_microbatches(const Plan& p) {
   return per_step > 0 ? static_cast<int>(effective_global_batch(p) / per_step) : 0;
 }
 
+// Megatron-LM schedules.py: microbatch_group_size_per_vp_stage defaults to pp.
+int microbatch_group_size(const Plan& p) { return p.microbatch_group > 0 ? p.microbatch_group : p.parallel.pp; }
+
+// Megatron-LM's uniform method checkpoints recompute_layers layers at once; the block method each layer it recomputes.
+int layers_per_checkpoint(const Plan& p) {
+  return p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
+}
+
 const char* to_string(Precision v) {
   switch (v) {
     case Precision::BF16: return "bf16";

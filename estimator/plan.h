@@ -117,6 +117,8 @@ ModelSpec model_for_plan(ModelSpec m, const Plan& p);
 // Derived sizes every consumer needs; computed once from a valid plan.
 int data_parallel(const Plan& p);           // gpus / (tp*pp*cp)
 int num_microbatches(const Plan& p);        // global_batch / (micro_batch * dp)
+int microbatch_group_size(const Plan& p);   // the interleaved schedule's microbatch group: microbatch_group, else pp
+int layers_per_checkpoint(const Plan& p);   // full recompute: recompute_layers under the uniform method, else 1
 int effective_global_batch(const Plan& p);  // global_batch, or the default when 0: one sequence per GPU, rounded up to whole microbatches
 
 const char* to_string(Precision v);

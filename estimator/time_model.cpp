@@ -329,6 +329,7 @@ CpCost cp_attention(const DerivedPlan& d, const KernelRates& rate, MixerKind mix
     if (d.split_ring_tokens[i] <= 0 || ranks <= a2a) continue;
     GroupFacts sub = ring;
     sub.size = ranks / a2a;
+    // Its nodes, assuming a split's ranks are contiguous in the CP group (not sourced: the fewest nodes it can span).
     sub.nodes = std::max(1, (ring.nodes * sub.size + ring.size - 1) / ring.size);
     if (sub.nodes == 1) sub.tier = LinkTier::NVLink;
     exchange(d.split_ring_tokens[i], sub);
@@ -388,7 +389,7 @@ double selective_recompute(const DerivedPlan& d, const KernelRates& rate, const 
 double checkpoint_regather(const DerivedPlan& d, const KernelRates& rate) {
   const Plan& p = *d.plan;
   if (!p.distribute_saved_activations) return 0;
-  const double layers = p.recompute_method == RecomputeMethod::Uniform ? std::max(1, p.recompute_layers) : 1;
+  const double layers = layers_per_checkpoint(p);
   GroupFacts tp = d.tp;
   tp.nodes = 1;  // ring collectives do not use the node count
   return rate.collective(Collective::AllGather, d.local_tokens * d.model->hidden * kBf16, tp) / layers;

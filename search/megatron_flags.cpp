@@ -312,7 +312,7 @@ std::vector<MegatronRow> parallel_rows() {
            e.flags << " --microbatch-group-size-per-virtual-pipeline-stage " << e.p.microbatch_group;
        },
        .expressed = [](const Plan& p, FieldValues& v) {
-         add(v, "microbatch_group", p.microbatch_group > 0 ? p.microbatch_group : p.parallel.pp);
+         add(v, "microbatch_group", microbatch_group_size(p));
        },
        .lcplan = {{"--microbatch-group", "interleaved schedule: microbatches run on one virtual stage before the next (0 = pp)",
                     [](Plan& p, const std::string& t) { p.microbatch_group = parse_int_in(t, "--microbatch-group", 0, 1 << 20); }}}},
