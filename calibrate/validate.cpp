@@ -179,12 +179,14 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
     rep.refitted = true;
   }
   std::vector<double> t_in, t_lomo, t_loho, t_lobo, m_in;
+  std::vector<Quantity> t_quantity;
   for (const ValidationRow& r : rep.rows) {
     if (!r.fitted) continue;
     if (r.quantity == Quantity::PeakBytes) {
       m_in.push_back(r.error());
     } else {
       t_in.push_back(r.error());
+      t_quantity.push_back(r.quantity);
       t_lomo.push_back(r.lomo_error());
       t_loho.push_back(r.loho_error());
       t_lobo.push_back(r.lobo_error());
@@ -200,9 +202,13 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
   rep.by_model = group_errors(rep.rows, &ValidationRow::model, &ValidationRow::lomo_error, "model");
   rep.by_hardware = group_errors(rep.rows, &ValidationRow::hardware, &ValidationRow::loho_error, "hardware");
   rep.by_context = group_errors(rep.rows, &ValidationRow::context, &ValidationRow::lobo_error, "context");
-  // The band an estimate carries: out-of-sample residuals when refitted (what a new run meets), else in sample.
+  // The band an estimate carries: out-of-sample residuals when refitted (what a new run meets), else in sample, of
+  // step time: a TFLOP/s residual r is a step-time residual 1 / (1 + r) - 1 (the same FLOPs).
   std::vector<double> time_res;
-  for (size_t k = 0; k < t_in.size(); ++k) time_res.push_back(rep.refitted ? t_lomo[k] : t_in[k]);
+  for (size_t k = 0; k < t_in.size(); ++k) {
+    const double r = rep.refitted ? t_lomo[k] : t_in[k];
+    time_res.push_back(t_quantity[k] == Quantity::TflopsPerGpu ? 1 / (1 + r) - 1 : r);
+  }
   rep.time_band = {quantile(time_res, 0.1), quantile(time_res, 0.9), int(time_res.size()),
                    rep.refitted ? "leave-one-model-out residuals of " + opt.source : "in-sample residuals of " + opt.source};
   rep.memory_band = {quantile(m_in, 0.1), quantile(m_in, 0.9), int(m_in.size()), "in-sample residuals of " + opt.source};

@@ -27,7 +27,8 @@ namespace lcplan {
 struct Hardware;
 
 // Relative residuals (predicted / measured - 1) of a profile's out-of-sample predictions: an estimate's band is
-// [predicted / (1 + high), predicted / (1 + low)] for the measured value.
+// [predicted / (1 + high), predicted / (1 + low)] for the measured value. Time: residuals of step time (validate
+// turns a TFLOP/s row's into its step time's); memory: of peak bytes.
 struct ErrorBand {
   double low = 0, high = 0;  // 10th and 90th percentile of the relative residuals
   int points = 0;            // 0: no validation, no band

@@ -23,10 +23,10 @@ Estimate estimate(const DerivedPlan& d, const Hardware& hw, const Calibration& c
   e.time = std::move(time);
   e.capacity_bytes = hw.hbm_bytes;
   e.peak_bytes_band = {cal.memory_band.measured_low(e.memory.peak_bytes), cal.memory_band.measured_high(e.memory.peak_bytes)};
-  e.tflops_band = {cal.time_band.measured_low(e.time.tflops_per_gpu), cal.time_band.measured_high(e.time.tflops_per_gpu)};
-  // TFLOP/s residuals carry over to step time inversely (same FLOPs): step = FLOPs / rate.
-  e.step_seconds_band = {e.time.step_seconds * e.time.tflops_per_gpu / std::max(e.tflops_band.high, 1e-300),
-                         e.time.step_seconds * e.time.tflops_per_gpu / std::max(e.tflops_band.low, 1e-300)};
+  // The time band holds step-time residuals; the rate carries them inversely (the same FLOPs): rate = FLOPs / step.
+  e.step_seconds_band = {cal.time_band.measured_low(e.time.step_seconds), cal.time_band.measured_high(e.time.step_seconds)};
+  e.tflops_band = {e.time.tflops_per_gpu * e.time.step_seconds / std::max(e.step_seconds_band.high, 1e-300),
+                   e.time.tflops_per_gpu * e.time.step_seconds / std::max(e.step_seconds_band.low, 1e-300)};
   e.band_points = cal.time_band.points;
   e.fits_at_estimate = e.memory.peak_bytes <= e.capacity_bytes;
   e.fits = e.peak_bytes_band.high <= e.capacity_bytes;

@@ -19,6 +19,7 @@
 #include "calibrate/validate.h"
 #include "common/data_dir.h"
 #include "common/json_file.h"
+#include "estimator/estimate.h"
 #include "estimator/time_model.h"
 
 namespace lcplan {
@@ -194,6 +195,31 @@ ValidationReport validate_files(const std::vector<std::string>& files, const Cal
   ValidateOptions opt;
   opt.source = "data/validation";
   return validate_profile(all, not_modelled, profile, priors, opt);
+}
+
+// The time band is a band of step-time residuals: a TFLOP/s row predicted 25% fast (too high a rate) is a step
+// predicted 20% short, and an estimate whose validation ran 10-40% short expects the measured step 1.11-1.67x longer
+// (and the rate 0.6-0.9x its own), not shorter.
+TEST_F(Fixture, TheTimeBandIsInStepTimeAndWidensTheWayThePredictionsErr) {
+  std::vector<MeasuredCase> one = cases("megatron-moe-long-context-h100-runs.json");
+  one.resize(1);
+  ASSERT_TRUE(one[0].meas.tflops_per_gpu.has_value());
+  ValidateOptions opt;
+  opt.refit = false;
+  const ValidationReport r = validate_profile(one, {}, profile, priors, opt);
+  ASSERT_EQ(r.rows.size(), 1u);
+  const double rate_err = r.rows[0].error();
+  EXPECT_NEAR(r.time_band.low, 1 / (1 + rate_err) - 1, 1e-12);
+  EXPECT_NEAR(r.time_band.high, 1 / (1 + rate_err) - 1, 1e-12);
+
+  const MeasuredCase& c = one[0];
+  Calibration cal = calibration_for(profile, c.hw.name, c.meas.plan.implementation);
+  cal.time_band = {-0.4, -0.1, 10, "test: steps predicted 10-40% short"};
+  const Estimate e = estimate(c.model, c.meas.plan, c.hw, cal);
+  EXPECT_NEAR(e.step_seconds_band.low, e.time.step_seconds / 0.9, 1e-9 * e.time.step_seconds);
+  EXPECT_NEAR(e.step_seconds_band.high, e.time.step_seconds / 0.6, 1e-9 * e.time.step_seconds);
+  EXPECT_NEAR(e.tflops_band.low, e.time.tflops_per_gpu * 0.6, 1e-9 * e.time.tflops_per_gpu);
+  EXPECT_NEAR(e.tflops_band.high, e.time.tflops_per_gpu * 0.9, 1e-9 * e.time.tflops_per_gpu);
 }
 
 // The corpus is every file the shipped profile is fitted to: a file fitted but not validated would leave its rows out
