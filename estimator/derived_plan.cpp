@@ -152,9 +152,11 @@ void ffn_acts(const ModelSpec& m, const Plan& p, const LayerSpec& l, const Token
   }
   const MoeSpec& e = m.moe;
   a.add(2 * s.router * s.hidden * e.num_experts, kRecomputeMoe);  // router logits and probabilities
-  a.add(s.in * routed * h, kRecomputeMoe, kOffloadExpertFc1);     // dispatched tokens (fc1 input)
-  a.add(s.expert_out * routed * h, kRecomputeMoe);  // expert output before a weighted combine (the weights' gradient)
-  a.moe += (s.in + s.expert_out) * routed * h;
+  const double w = routed_width(m);
+  a.add(s.in * routed * w, kRecomputeMoe, kOffloadExpertFc1);     // dispatched tokens (fc1 input)
+  a.add(s.expert_out * routed * w, kRecomputeMoe);  // expert output before a weighted combine (the weights' gradient)
+  a.moe += (s.in + s.expert_out) * routed * w;
+  if (e.latent > 0) a.add(s.in * s.hidden * e.latent, kRecomputeMoe);  // the combined latent tokens (up-projection input)
   mlp_acts(m, s, routed, double(e.expert_ffn) / p.parallel.etp, a, true, kRecomputeMoe, kOffloadMoeAct);
   if (e.shared_experts > 0)
     mlp_acts(m, s, s.local, double(e.shared_experts) * e.shared_ffn / s.tp, a, false, kRecomputeMoe | kRecomputeSharedExperts, 0);
@@ -186,7 +188,7 @@ double inflight(int r, int j, int pp, int vpp, int microbatches, int group) {
 }
 
 UnitParams unit_params(const LayerParams& lp, const Parallel& q) {
-  return {(lp.mixer + lp.dense_mlp + lp.shared_experts) / q.tp + lp.mixer_replicated + lp.router + lp.norms,
+  return {(lp.mixer + lp.dense_mlp + lp.shared_experts) / q.tp + lp.mixer_replicated + lp.router + lp.latent_proj + lp.norms,
           lp.routed_experts / (double(q.ep) * q.etp)};
 }
 

@@ -9,7 +9,7 @@ namespace {
 // Chunk length of the chunked gated delta rule (fla-org flash-linear-attention chunk_gated_delta_rule, BT = 64).
 constexpr double kDeltaChunk = 64;
 
-double mlp_flops(const ModelSpec& m, double ffn) { return 2.0 * (m.gated_mlp ? 3 : 2) * m.hidden * ffn; }
+double mlp_flops(const ModelSpec& m, double ffn, double width) { return 2.0 * (m.gated_mlp ? 3 : 2) * width * ffn; }
 
 }  // namespace
 
@@ -62,13 +62,14 @@ LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, doubl
     }
   }
   if (layer.ffn == FfnKind::Dense) {
-    f.dense_mlp = seq * mlp_flops(m, m.dense_ffn);
+    f.dense_mlp = seq * mlp_flops(m, m.dense_ffn, h);
   } else {
     const MoeSpec& e = m.moe;
     const double copies = e.top_k * (capacity_factor > 0 ? capacity_factor : 1.0);
     f.router = seq * 2 * h * e.num_experts;
-    f.routed = seq * copies * mlp_flops(m, e.expert_ffn);
-    f.shared = seq * e.shared_experts * mlp_flops(m, e.shared_ffn);
+    f.routed = seq * copies * mlp_flops(m, e.expert_ffn, routed_width(m));
+    f.shared = seq * e.shared_experts * mlp_flops(m, e.shared_ffn, h);
+    f.latent = seq * 2 * (2 * h * e.latent);  // down and up projection per token (Megatron-LM's FLOP count)
   }
   return f;
 }
@@ -106,16 +107,16 @@ LayerTraffic layer_traffic(const ModelSpec& m, const LayerSpec& layer) {
   // writes two gradients (2f): 8f elements per token. A 2-matrix MLP moves f + f forward and 3f backward.
   const double act_per_ffn = m.gated_mlp ? 8 : 5;
   const double up = m.gated_mlp ? 2 : 1;
-  auto mlp = [&](double ffn, double& io, double& act) {
-    io += (h + up * ffn) + (ffn + h);
+  auto mlp = [&](double width, double ffn, double& io, double& act) {
+    io += (width + up * ffn) + (ffn + width);
     act += act_per_ffn * ffn;
   };
   if (layer.ffn == FfnKind::Dense) {
-    mlp(m.dense_ffn, t.mlp_io, t.act);
+    mlp(h, m.dense_ffn, t.mlp_io, t.act);
   } else {
     const MoeSpec& e = m.moe;
-    mlp(e.expert_ffn, t.routed_gemm_io, t.routed_act);
-    if (e.shared_experts > 0) mlp(double(e.shared_experts) * e.shared_ffn, t.mlp_io, t.act);
+    mlp(routed_width(m), e.expert_ffn, t.routed_gemm_io, t.routed_act);
+    if (e.shared_experts > 0) mlp(h, double(e.shared_experts) * e.shared_ffn, t.mlp_io, t.act);
   }
   return t;
 }

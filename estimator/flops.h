@@ -37,7 +37,8 @@ struct LayerFlops {
   double router = 0;       // router GEMM
   double routed = 0;       // routed-expert grouped GEMMs (top_k, or top_k x capacity factor when `executed`)
   double shared = 0;       // shared-expert GEMMs
-  double total() const { return proj + attn_core + linear_core + dense_mlp + router + routed + shared; }
+  double latent = 0;       // latent MoE's hidden -> latent and latent -> hidden projections (dense GEMMs)
+  double total() const { return proj + attn_core + linear_core + dense_mlp + router + routed + shared + latent; }
 };
 
 // Memory traffic around one layer's GEMMs, in elements per token (per routed token copy for the experts), forward

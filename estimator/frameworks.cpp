@@ -43,6 +43,9 @@ std::string lcplan_exec_kernel_limits(const ModelSpec& m, const Plan& p) {
     return "model " + m.name + " has a two-matrix (non-gated) MLP, which lcplan-exec lacks (it runs SwiGLU MLPs)";
   if (m.moe.expert_bias)
     return "model " + m.name + " has biased expert layers, which lcplan-exec lacks (its MoE layer has bias-free experts)";
+  if (m.moe.latent > 0)
+    return "model " + m.name + " has latent MoE (latent width " + std::to_string(m.moe.latent) +
+           "), which lcplan-exec lacks (its experts work in the hidden width)";
   if (m.layers.empty()) return "model " + m.name + " has no decoder layers";
   // Its packed microbatches split every sequence over all CP ranks (executor/layers/common.h for_each_sequence).
   if (!p.packed_splits.empty())

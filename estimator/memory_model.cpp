@@ -144,7 +144,7 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
     t.saved_activations = 0;
     t.rebuilt = std::max(t.rebuilt, whole);
   }
-  if (sr.has_moe) t.moe_buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden * chunk_factor;
+  if (sr.has_moe) t.moe_buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * routed_width(m) * chunk_factor;
   // The allgather dispatcher gathers the EP group's tokens before its local permutation (Megatron-LM
   // token_dispatcher.py MoEAllGatherTokenDispatcher), and scatters as many back.
   if (sr.has_moe && q.ep > 1 && p.moe.dispatcher == MoeDispatcher::AllGather)
@@ -196,10 +196,10 @@ double moe_layer_peak_bytes(const DerivedPlan& d, const Calibration& cal) {
   for (const LayerKind& k : d.kinds) {
     if (k.spec.ffn != FfnKind::MoE) continue;
     const LayerParams lp = layer_params(m, k.spec);
-    const double weights = k.params.expert + lp.router + lp.shared_experts / p.parallel.tp;
+    const double weights = k.params.expert + lp.router + lp.latent_proj + lp.shared_experts / p.parallel.tp;
     const double io = 2 * kBf16 * d.hidden_tokens * m.hidden;
     const double saved = ffn_activation(m, p, k.spec).saved;
-    const double buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * m.hidden;
+    const double buffers = cal.moe_buffer_copies * kBf16 * d.routed_tokens * routed_width(m);
     const double fc1_grad = kBf16 * d.routed_tokens * (m.gated_mlp ? 2 : 1) * m.moe.expert_ffn / p.parallel.etp;
     return (param_bytes_per_param(p, cal) + grad_bytes_per_param(p)) * weights + io + saved + buffers + fc1_grad;
   }

@@ -165,7 +165,8 @@ std::pair<double, double> dispatch_seconds(const DerivedPlan& d, const KernelRat
   if (d.ep.size <= 1) return {0, 0};
   const Plan& p = *d.plan;
   const Calibration& cal = rate.cal;
-  const double h = d.model->hidden;
+  // Latent MoE exchanges latent-width tokens (assumed: its down-projection runs before the dispatch, the point of it).
+  const double h = routed_width(*d.model);
   if (p.moe.dispatcher == MoeDispatcher::AllGather) {
     const double gathered = d.hidden_tokens * d.ep.size * h * kBf16 / n;
     const double t = rate.collective(Collective::AllGather, gathered, d.ep);
@@ -205,6 +206,10 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   // Router (SP-local tokens, full weights) and shared experts (TP-sharded, gathered tokens): plain GEMMs, the shared
   // expert with its quantization and activation traffic (split 3:5 and 1:1 forward:backward by element count).
   const double router = rate.gemm(lf.router * d.sequence_share / sp_tp, d.hidden_tokens);
+  // Latent MoE's projections, like the router on the SP-local tokens with whole weights, quantized in a low-precision
+  // recipe (each pass quantizes h + latent elements per token: the inputs forward, the output gradients backward).
+  const double latent_gemm = lf.latent > 0 ? rate.gemm(lf.latent * d.sequence_share / sp_tp, d.hidden_tokens) : 0;
+  const double latent_quant = lf.latent > 0 ? rate.quantize((h + e.latent) * d.hidden_tokens) : 0;
   const double shared_io = tr.mlp_io * d.local_tokens / d.tp.size, shared_act = tr.act * d.local_tokens / d.tp.size;
   const double shared_fwd = lf.shared > 0 ? rate.gemm(lf.shared * d.sequence_share / d.tp.size, d.local_tokens) +
                                                 rate.quantize(shared_io / 2) + rate.memory_bound(kBf16 * shared_act * 3 / 8)
@@ -224,7 +229,7 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   const int local_experts = e.num_experts / d.ep.size;
   const double sorts = d.plan->moe.dispatcher == MoeDispatcher::AllToAll && d.ep.size > 1 && local_experts > 1 ? 4 : 0;
   const double passes = cal.moe_permute_passes + sorts + (rate.sw.permute_fusion ? 0.0 : cal.unfused_permute_passes);
-  const double permute = rate.memory_bound(passes * copies * h * kBf16) / 2;
+  const double permute = rate.memory_bound(passes * copies * routed_width(m) * kBf16) / 2;
   // Per layer forward, dropless routing needs the token counts on the host to size its buffers (a count exchange +
   // device-to-host sync); token dropping with padding has static shapes and skips it, as a captured graph does.
   const std::pair<double, double> exchange = dispatch_seconds(d, rate, copies, n);
@@ -241,7 +246,7 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
   std::array<double, 64> end{};  // schedules have at most 2 + 5*kMaxChunks + 2 steps per pass
   const moe::PassCost fw = moe::cost_steps(sched.forward, [&](const moe::Step& st) -> Seconds {
     switch (st.op) {
-      case StepOp::Route: return {router, 0};
+      case StepOp::Route: return {router + latent_gemm + latent_quant, 0};  // the up-projection after the combine too
       case StepOp::Counts: return {sync, 0};
       case StepOp::Permute: case StepOp::Unpermute: return {permute / n, 0};
       case StepOp::Dispatch: return {dispatch, 0};
@@ -259,7 +264,7 @@ MoeLayerTime moe_time(const DerivedPlan& d, const KernelRates& rate) {
       case StepOp::ExpertDgrad:
         return {((delayed_wgrad ? 1 : 2) * routed + routed_quant / 2 + routed_act * 5 / 8) / n, 2 * floor};
       case StepOp::ExpertWgrad: return {delayed_wgrad ? routed : 0, 0};
-      case StepOp::RouterBwd: return {2 * router, 0};
+      case StepOp::RouterBwd: return {2 * (router + latent_gemm) + latent_quant, 0};
       default: return {0, 0};
     }
   }, end.data());

@@ -406,6 +406,8 @@ ModelSpec model_from_hf_config(const json& config, const std::string& name) {
       e.shared_expert_gate = true;
     }
     e.expert_bias = fam == Family::GptOss;
+    // Latent MoE under Megatron-LM's name for it (--moe-latent-size; no public config.json in lcplan's sources names it).
+    e.latent = f.opt_nonneg("moe_latent_size", 0);
     const bool sigmoid_default = fam == Family::DeepSeekV3 || fam == Family::Glm4Moe;
     const std::string scoring = f.opt_string("scoring_func").value_or(sigmoid_default ? "sigmoid" : "softmax");
     if (scoring != "sigmoid" && scoring != "softmax")

@@ -66,6 +66,7 @@ struct MoeSpec {
   RouterKind router = RouterKind::SoftmaxTopK;
   int n_group = 1;
   int topk_group = 1;
+  int latent = 0;             // latent MoE (--moe-latent-size): routed experts work in this width, 0 = hidden
 };
 
 struct LayerSpec {
@@ -94,5 +95,8 @@ struct ModelSpec {
   double published_active_params = 0;
   std::string notes;         // reliability / provenance note carried from the zoo file
 };
+
+// The width of what routed experts read, write and exchange: the latent width under latent MoE, else hidden.
+inline double routed_width(const ModelSpec& m) { return m.moe.latent > 0 ? m.moe.latent : m.hidden; }
 
 }  // namespace lcplan

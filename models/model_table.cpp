@@ -145,7 +145,8 @@ nlohmann::json model_details_json(const ModelSpec& m) {
                 {"shared_experts", m.moe.shared_experts}, {"shared_ffn", m.moe.shared_ffn},
                 {"shared_expert_gate", m.moe.shared_expert_gate}, {"expert_bias", m.moe.expert_bias},
                 {"router", m.moe.router == RouterKind::SoftmaxTopK ? "softmax top-k" : "sigmoid group-limited"},
-                {"groups", m.moe.n_group}, {"top_groups", m.moe.topk_group}, {"moe_layers", x.moe}};
+                {"groups", m.moe.n_group}, {"top_groups", m.moe.topk_group}, {"latent", m.moe.latent},
+                {"moe_layers", x.moe}};
   j["params"] = {{"embedding", c.embedding}, {"lm_head", c.lm_head}, {"final_norm", c.final_norm},
                  {"decoder", c.decoder}, {"routed_experts", c.routed_experts}, {"mtp", c.mtp}, {"total", c.total},
                  {"total_with_mtp", c.total_with_mtp}, {"active", c.active}};

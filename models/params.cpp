@@ -45,10 +45,11 @@ void mla(const ModelSpec& m, LayerParams& p) {
   p.mixer += double(a.heads) * a.v_head_dim * h;                                              // o_proj
 }
 
-double mlp(const ModelSpec& m, double ffn, bool bias) {
+// An MLP from `width` to `ffn` and back (width: hidden, or the latent width for latent MoE's routed experts).
+double mlp(const ModelSpec& m, double width, double ffn, bool bias) {
   const double mats = m.gated_mlp ? 3 : 2;
-  double p = mats * m.hidden * ffn;
-  if (bias) p += (m.gated_mlp ? 2 * ffn : ffn) + m.hidden;
+  double p = mats * width * ffn;
+  if (bias) p += (m.gated_mlp ? 2 * ffn : ffn) + width;
   return p;
 }
 
@@ -62,13 +63,16 @@ LayerParams layer_params(const ModelSpec& m, const LayerSpec& layer) {
     case MixerKind::MLA: mla(m, p); break;
   }
   if (layer.ffn == FfnKind::Dense) {
-    p.dense_mlp = mlp(m, m.dense_ffn, false);
+    p.dense_mlp = mlp(m, m.hidden, m.dense_ffn, false);
   } else {
     const MoeSpec& e = m.moe;
-    const double one_expert = mlp(m, e.expert_ffn, e.expert_bias);
+    const double one_expert = mlp(m, routed_width(m), e.expert_ffn, e.expert_bias);
     p.routed_experts = e.num_experts * one_expert;
     p.active_routed = e.top_k * one_expert;
-    p.shared_experts = e.shared_experts * mlp(m, e.shared_ffn, false);
+    p.shared_experts = e.shared_experts * mlp(m, m.hidden, e.shared_ffn, false);
+    // Latent MoE: hidden -> latent before the routed experts and latent -> hidden after them (Megatron-LM
+    // transformer_config.py moe_latent_size; its FLOP count adds these two projections, training.py).
+    if (e.latent > 0) p.latent_proj = 2.0 * m.hidden * e.latent;
     p.router = double(m.hidden) * e.num_experts;
     if (e.expert_bias || e.router == RouterKind::SigmoidGroupLimited) p.router += e.num_experts;  // bias / score correction
     if (e.shared_expert_gate) p.router += m.hidden;

@@ -14,10 +14,13 @@ struct LayerParams {
   double routed_experts = 0;  // all routed experts of the layer (sharded over EP*ETP)
   double shared_experts = 0;  // TP-sharded
   double router = 0;          // replicated: router weight/bias and the shared-expert gate
+  double latent_proj = 0;     // replicated (assumed): latent MoE's hidden -> latent and latent -> hidden projections
   double norms = 0;           // replicated: pre-mixer and pre-FFN RMSNorm
   double active_routed = 0;   // routed-expert parameters one token touches (top_k experts)
 
-  double total() const { return mixer + mixer_replicated + dense_mlp + routed_experts + shared_experts + router + norms; }
+  double total() const {
+    return mixer + mixer_replicated + dense_mlp + routed_experts + shared_experts + router + latent_proj + norms;
+  }
   double active() const { return total() - routed_experts + active_routed; }
   double non_expert() const { return total() - routed_experts; }
 };

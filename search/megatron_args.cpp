@@ -289,6 +289,7 @@ void attention_from_flags(const MegatronFlagSet& f, MegatronLaunch& l, ModelSpec
 std::vector<bool> moe_from_flags(const MegatronFlagSet& f, MegatronLaunch& l, ModelSpec& m, int layers, bool bias) {
   if (l.num_experts == 0) {
     if (f.has("--moe-layer-freq")) l.notes.push_back("--moe-layer-freq has no effect without --num-experts");
+    if (f.has("--moe-latent-size")) l.notes.push_back("--moe-latent-size has no effect without --num-experts");
     return std::vector<bool>(size_t(layers), false);
   }
   std::vector<bool> pattern =
@@ -310,6 +311,7 @@ std::vector<bool> moe_from_flags(const MegatronFlagSet& f, MegatronLaunch& l, Mo
   e.router = score && *score == "sigmoid" ? RouterKind::SigmoidGroupLimited : RouterKind::SoftmaxTopK;
   e.n_group = f.integer("--moe-router-num-groups", 1).value_or(1);
   e.topk_group = f.integer("--moe-router-group-topk", 1).value_or(1);
+  e.latent = l.moe_latent;
   return pattern;
 }
 
@@ -325,6 +327,7 @@ void model_from_flags(const MegatronFlagSet& f, MegatronLaunch& l, int tp) {
   l.hidden = hidden.value_or(0);
   l.num_experts = f.integer("--num-experts", 1).value_or(0);
   l.top_k = f.integer("--moe-router-topk", 1).value_or(0);
+  l.moe_latent = f.integer("--moe-latent-size", 1).value_or(0);
   if (!layers) l.missing_shape.push_back("--num-layers");
   if (!hidden) l.missing_shape.push_back("--hidden-size");
   if (!heads) l.missing_shape.push_back("--num-attention-heads");
@@ -482,6 +485,11 @@ void check_shape_flags(const MegatronLaunch& l, const ModelSpec& m) {
   if (has_moe(m)) {
     check("--num-experts", l.num_experts, m.moe.num_experts, "experts");
     check("--moe-router-topk", l.top_k, m.moe.top_k, "routed experts per token");
+    if (l.moe_latent > 0 && l.moe_latent != m.moe.latent)
+      throw UserError("--moe-latent-size " + std::to_string(l.moe_latent) +
+                      " disagrees with model " + m.name + "'s latent width " +
+                      (m.moe.latent > 0 ? std::to_string(m.moe.latent) : std::string("(none: experts in the hidden width)")) +
+                      " (give the model the script trains)");
   } else if (l.num_experts > 0) {
     throw UserError("--num-experts " + std::to_string(l.num_experts) + " disagrees with model " + m.name +
                     ", which is dense (give the model the script trains)");
@@ -542,6 +550,7 @@ std::string megatron_model_flags(const ModelSpec& m, bool with_mtp) {
       << m.moe.expert_ffn;
     if (m.moe.shared_experts > 0) o << " --moe-shared-expert-intermediate-size " << m.moe.shared_experts * m.moe.shared_ffn;
     if (m.moe.shared_expert_gate) o << " --moe-shared-expert-gate";
+    if (m.moe.latent > 0) o << " --moe-latent-size " << m.moe.latent;
     if (m.moe.router == RouterKind::SigmoidGroupLimited) {
       o << " --moe-router-score-function sigmoid --moe-router-enable-expert-bias";
       if (m.moe.n_group > 1) o << " --moe-router-num-groups " << m.moe.n_group << " --moe-router-group-topk " << m.moe.topk_group;

@@ -42,7 +42,7 @@ struct MegatronLaunch {
   bool etp_given = false;
   int cpu_offloading_layers = -1;    // --cpu-offloading-num-layers (-1: not given)
   // Shape flags, checked against a model given by name (0: not given).
-  int num_layers = 0, hidden = 0, num_experts = 0, top_k = 0, mtp_layers = -1;
+  int num_layers = 0, hidden = 0, num_experts = 0, top_k = 0, mtp_layers = -1, moe_latent = 0;
 };
 
 // A command line or a list of flags (quotes, `\` continuations, --flag=value and --flag value, a launcher such as

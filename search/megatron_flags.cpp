@@ -952,7 +952,7 @@ std::vector<MegatronRow> no_flag_rows() {
                  {"--moe-ffn-hidden-size", Arity::One}, {"--moe-shared-expert-intermediate-size", Arity::One},
                  {"--moe-shared-expert-gate", Arity::Switch}, {"--moe-router-score-function", Arity::One},
                  {"--moe-router-num-groups", Arity::One}, {"--moe-router-group-topk", Arity::One},
-                 {"--moe-layer-freq", Arity::One}},
+                 {"--moe-layer-freq", Arity::One}, {"--moe-latent-size", Arity::One}},
        .fidelity = Fidelity::Exact,
        .note = ""},
   };

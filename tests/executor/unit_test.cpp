@@ -222,6 +222,10 @@ TEST(Refusals, OneSentenceNamingTheValue) {
   EXPECT_EQ(executor_support_error(zoo("deepseek-v3"), plan_of("deepseek-v3", 4, 1, 4)), "");  // MLA runs
   EXPECT_NE(executor_support_error(zoo("gpt-oss-120b"), plan_of("gpt-oss-120b", 4, 1, 4)).find("gpt-oss"),
             std::string::npos);
+  ModelSpec latent = zoo("deepseek-v3");
+  latent.moe.latent = 1024;
+  EXPECT_NE(executor_support_error(latent, plan_of("deepseek-v3", 4, 1, 4)).find("latent MoE (latent width 1024)"),
+            std::string::npos);
 }
 
 // The schedule lcplan-exec runs holds, at the start of each stage's first backward, exactly the in-flight

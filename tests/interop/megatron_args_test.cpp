@@ -427,6 +427,7 @@ void expect_same_model(const ModelSpec& a, const ModelSpec& b) {
     EXPECT_EQ(a.moe.router, b.moe.router);
     EXPECT_EQ(a.moe.n_group, b.moe.n_group);
     EXPECT_EQ(a.moe.topk_group, b.moe.topk_group);
+    EXPECT_EQ(a.moe.latent, b.moe.latent);
   }
   // And what the estimator reads of it: the parameter count.
   EXPECT_DOUBLE_EQ(count_params(a).total_with_mtp, count_params(b).total_with_mtp);
@@ -444,6 +445,28 @@ TEST(ModelFlags, ZooModelsRoundTrip) {
     ASSERT_TRUE(l.model.has_value()) << flags;
     expect_same_model(m, *l.model);
   }
+}
+
+// Latent MoE (--moe-latent-size): the experts' width; written back, checked against a named model, noted without
+// experts.
+TEST(ModelFlags, LatentMoe) {
+  ModelSpec m = zoo("qwen3-30b-a3b");
+  m.moe.latent = 512;
+  const std::string flags = megatron_model_flags(m);
+  EXPECT_NE(flags.find("--moe-latent-size 512"), std::string::npos) << flags;
+  const MegatronLaunch l = parse_megatron_args(flags);
+  ASSERT_TRUE(l.model.has_value());
+  expect_same_model(m, *l.model);
+  const std::string e = error_of([] { plan_of("--moe-latent-size 256"); });
+  EXPECT_NE(e.find("--moe-latent-size 256"), std::string::npos) << e;
+  EXPECT_NE(e.find("qwen3-30b-a3b"), std::string::npos) << e;
+  const MegatronLaunch dense = parse_megatron_args("--num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+                                                   "--vocab-size 1000 --moe-latent-size 256");
+  ASSERT_TRUE(dense.model.has_value());
+  EXPECT_EQ(dense.model->moe.latent, 0);
+  bool noted = false;
+  for (const std::string& n : dense.notes) noted = noted || n.find("--moe-latent-size has no effect") != std::string::npos;
+  EXPECT_TRUE(noted);
 }
 
 TEST(ModelFlags, HybridModelsHaveNone) {

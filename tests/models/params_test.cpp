@@ -78,6 +78,15 @@ TEST(ToyParams, MoeWithGatedSharedExpert) {
   EXPECT_DOUBLE_EQ(p.shared_experts, 72);  // 3*8*3
   EXPECT_DOUBLE_EQ(p.router, 32 + 8);      // router 8*4 + shared-expert gate 8
   EXPECT_DOUBLE_EQ(p.norms, 16);
+  // Latent MoE (moe_latent_size 4): experts 4 -> 2 -> 4, two projections 8 x 4; the rest unchanged.
+  json cfg = hybrid_toy();
+  cfg["moe_latent_size"] = 4;
+  const ModelSpec lm = model_from_hf_config(cfg, "toy");
+  const LayerParams lp = layer_params(lm, lm.layers[1]);
+  EXPECT_DOUBLE_EQ(lp.routed_experts, 4 * 24);  // one expert 3*4*2 = 24
+  EXPECT_DOUBLE_EQ(lp.latent_proj, 2 * 8 * 4);
+  EXPECT_DOUBLE_EQ(lp.shared_experts, p.shared_experts);
+  EXPECT_DOUBLE_EQ(lp.total(), p.total() - 4 * 48 + 4 * 24 + 64);
 }
 
 TEST(ToyParams, HybridModelTotalsAndMtp) {

@@ -106,6 +106,14 @@ TEST(Flops, MoeTopKSharedAndCapacity) {
   EXPECT_DOUBLE_EQ(f.dense_mlp, 0);
   // Token dropping pads experts to capacity: executed routed work scales by the capacity factor.
   EXPECT_DOUBLE_EQ(layer_forward_flops(m, l, 1, 1.25).routed, 1.25 * f.routed);
+  // Latent MoE as Megatron-LM counts it: the experts on the latent width plus its two projections (2 x h x latent).
+  m.moe.latent = 2;
+  const LayerFlops lat = layer_forward_flops(m, l, 1);
+  EXPECT_DOUBLE_EQ(lat.routed, 2 * (2 * 3 * 2 * 3));  // top_k x SwiGLU(2 -> 3)
+  EXPECT_DOUBLE_EQ(lat.latent, 2 * (2 * 4 * 2));      // down 4 -> 2 and up 2 -> 4
+  EXPECT_DOUBLE_EQ(lat.router, f.router);             // the router reads the hidden width
+  EXPECT_DOUBLE_EQ(lat.shared, f.shared);             // as do the shared experts
+  EXPECT_DOUBLE_EQ(lat.total(), f.total() - f.routed + lat.routed + lat.latent);
 }
 
 TEST(Flops, MtpAddsProjectionLayerAndHead) {

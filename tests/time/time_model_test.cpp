@@ -6,6 +6,7 @@
 #include "estimator/calibration.h"
 #include "estimator/derived_plan.h"
 #include "estimator/hardware.h"
+#include "estimator/memory_model.h"
 #include "estimator/plan_rules.h"
 #include "estimator/run_physics.h"
 #include "estimator/time_model.h"
@@ -288,6 +289,28 @@ TEST_F(Fixture, ChunkedEpHidesAllToAll) {
 // and HybridEP send a token once per destination rank and do not sort. With one expert per rank (Mixtral at EP 8) a
 // token's two experts are on two ranks and nothing is sorted: the three cost the same; with 32 experts per rank
 // (Qwen3.5 at EP 8) the flex dispatchers move fewer bytes and passes.
+// Latent MoE exchanges and buffers latent-width tokens: the MoE layer's all-to-all bytes and routed-copy buffers go
+// with the latent width, and at half the hidden width its experts' GEMMs halve; the projections add two dense GEMMs.
+TEST_F(Fixture, LatentMoeMovesLatentWidthTokens) {
+  ModelSpec mix = load_model("mixtral-8x7b", data_dir());
+  Plan p;
+  p.model = mix.name;
+  p.gpus = 8;
+  p.seq_len = 8192;
+  p.parallel.ep = 8;
+  auto run = [&](const ModelSpec& model) { return estimate_time(model, p, hw, cal).breakdown; };
+  ModelSpec lat = mix;
+  lat.moe.latent = mix.hidden / 2;
+  const TimeBreakdown a = run(mix), b = run(lat);
+  // Half the bytes through the same calls, whose fixed latency does not shrink: over half, well under the whole.
+  EXPECT_GT(b.exposed_comm.ep, 0.5 * a.exposed_comm.ep);
+  EXPECT_LT(b.exposed_comm.ep, 0.62 * a.exposed_comm.ep);
+  EXPECT_LT(b.compute_moe, 0.6 * a.compute_moe);
+  const double full = estimate_memory(derive_plan(mix, p, hw), cal).stages[0].terms.moe_buffers;
+  ASSERT_GT(full, 0);
+  EXPECT_NEAR(estimate_memory(derive_plan(lat, p, hw), cal).stages[0].terms.moe_buffers, full / 2, 1e-6 * full);
+}
+
 TEST_F(Fixture, DispatchersMoveWhatTheySend) {
   auto layer = [&](const std::string& model, MoeDispatcher disp) {
     Plan p;
