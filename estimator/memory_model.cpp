@@ -148,7 +148,7 @@ StageMemory stage_memory(const DerivedPlan& d, const Calibration& cal, int r) {
   // The allgather dispatcher gathers the EP group's tokens before its local permutation (Megatron-LM
   // token_dispatcher.py MoEAllGatherTokenDispatcher), and scatters as many back.
   if (sr.has_moe && q.ep > 1 && p.moe.dispatcher == MoeDispatcher::AllGather)
-    t.moe_buffers += 2 * kBf16 * d.hidden_tokens * q.ep * m.hidden;
+    t.moe_buffers += 2 * kBf16 * d.hidden_tokens * q.ep * routed_width(m);
   // Cross-microbatch EP overlap runs one microbatch's forward inside another's backward (Megatron's combined 1F1B):
   // a layer of the next microbatch is alive beside the one being backpropagated (MPC: it can raise the peak).
   if (sr.has_moe && p.moe.a2a_overlap) t.rebuilt += whole;
