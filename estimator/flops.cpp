@@ -9,7 +9,8 @@ namespace {
 // Chunk length of the chunked gated delta rule (fla-org flash-linear-attention chunk_gated_delta_rule, BT = 64).
 constexpr double kDeltaChunk = 64;
 
-double mlp_flops(const ModelSpec& m, double ffn, double width) { return 2.0 * (m.gated_mlp ? 3 : 2) * width * ffn; }
+// An MLP from `width` to `ffn` and back, as models/params.cpp mlp counts its weights.
+double mlp_flops(const ModelSpec& m, double width, double ffn) { return 2.0 * (m.gated_mlp ? 3 : 2) * width * ffn; }
 
 }  // namespace
 
@@ -62,13 +63,13 @@ LayerFlops layer_forward_flops(const ModelSpec& m, const LayerSpec& layer, doubl
     }
   }
   if (layer.ffn == FfnKind::Dense) {
-    f.dense_mlp = seq * mlp_flops(m, m.dense_ffn, h);
+    f.dense_mlp = seq * mlp_flops(m, h, m.dense_ffn);
   } else {
     const MoeSpec& e = m.moe;
     const double copies = e.top_k * (capacity_factor > 0 ? capacity_factor : 1.0);
     f.router = seq * 2 * h * e.num_experts;
-    f.routed = seq * copies * mlp_flops(m, e.expert_ffn, routed_width(m));
-    f.shared = seq * e.shared_experts * mlp_flops(m, e.shared_ffn, h);
+    f.routed = seq * copies * mlp_flops(m, routed_width(m), e.expert_ffn);
+    f.shared = seq * e.shared_experts * mlp_flops(m, h, e.shared_ffn);
     f.latent = seq * 2 * (2 * h * e.latent);  // down and up projection per token (Megatron-LM's FLOP count)
   }
   return f;
