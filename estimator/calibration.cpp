@@ -195,14 +195,26 @@ ErrorBand read_band(const nlohmann::json& v, const std::string& w, const char* w
     throw UserError(bw + ": low must not exceed high, and both must lie in (-1, 10]");
   b.points = e.contains("points") && e.at("points").is_number_integer() ? e.at("points").get<int>() : 1;
   if (e.contains("source") && e.at("source").is_string()) b.source = e.at("source").get<std::string>();
+  if (e.contains("frameworks")) {
+    const auto& f = e.at("frameworks");
+    if (!f.is_array() || !std::all_of(f.begin(), f.end(), [](const nlohmann::json& x) { return x.is_string(); }))
+      throw UserError(bw + ".frameworks must be a list of implementation names, e.g. [\"megatron\"]");
+    for (const auto& x : f) b.frameworks.push_back(x.get<std::string>());
+  }
   return b;
 }
 
 nlohmann::json band_json(const ErrorBand& b) {
-  return {{"low", b.low}, {"high", b.high}, {"points", b.points}, {"source", b.source}};
+  nlohmann::json j = {{"low", b.low}, {"high", b.high}, {"points", b.points}, {"source", b.source}};
+  if (!b.frameworks.empty()) j["frameworks"] = b.frameworks;
+  return j;
 }
 
 }  // namespace
+
+bool ErrorBand::covers(const std::string& calibration_key) const {
+  return frameworks.empty() || std::find(frameworks.begin(), frameworks.end(), calibration_key) != frameworks.end();
+}
 
 Calibration calibration_from_json(const nlohmann::json& j, const std::string& name) {
   const std::string w = where(name);

@@ -33,9 +33,12 @@ struct ErrorBand {
   double low = 0, high = 0;  // 10th and 90th percentile of the relative residuals
   int points = 0;            // 0: no validation, no band
   std::string source;
+  std::vector<std::string> frameworks;  // calibration keys of the rows banded (empty: not recorded)
   // The range the measured value is expected in, for a prediction of a quantity whose residuals these are.
   double measured_low(double predicted) const { return points > 0 ? predicted / (1 + high) : predicted; }
   double measured_high(double predicted) const { return points > 0 ? predicted / (1 + low) : predicted; }
+  // False when the band records its frameworks and `calibration_key` is not one of them.
+  bool covers(const std::string& calibration_key) const;
 };
 
 struct Calibration {

@@ -451,6 +451,21 @@ TEST(GoodInvocation, EstimateOfAPlanThatDoesNotFitPointsToSearch) {
   EXPECT_EQ(fits.out.find("hint: lcplan search"), std::string::npos) << fits.out;
 }
 
+// The error band measures a new model on a framework whose other models the fit saw (data/calibration/default.json
+// validation.time.frameworks): an lcplan-exec plan on H100 says the band is not its own; a Megatron plan does not.
+TEST(GoodInvocation, EstimateSaysWhenItsFrameworkIsNotInTheFit) {
+  const std::vector<std::string> plan = {"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--seq", "4k", "--ep", "8"};
+  std::vector<std::string> exec = plan;
+  exec.insert(exec.end(), {"--implementation", "lcplan-exec"});
+  const Outcome outside = run_lcplan(exec);
+  ASSERT_EQ(outside.status, 0) << outside.err;
+  EXPECT_NE(outside.out.find("note: the error band measures new models on megatron, not on lcplan-exec"), std::string::npos)
+      << outside.out;
+  const Outcome inside = run_lcplan(plan);
+  ASSERT_EQ(inside.status, 0) << inside.err;
+  EXPECT_EQ(inside.out.find("note: the error band"), std::string::npos) << inside.out;
+}
+
 // A run-setting flag given to lcplan beats the launch it starts from and is not a default any more: selective recompute
 // with Megatron's default modules, then --recompute-modules and --grad-dtype from the flag rows.
 TEST(GoodInvocation, RunSettingFlagOverridesAMegatronLaunch) {

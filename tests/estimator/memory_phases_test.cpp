@@ -144,7 +144,7 @@ TEST(MemoryCategories, TheTableCoversTheBreakdown) {
 TEST(MemoryPhases, APeakWhoseBandExceedsCapacityMayNotFit) {
   Hardware hw = load_hardware("h100-sxm-80gb", data_dir());
   Calibration cal = calibration_for(load_calibration("default", data_dir()), hw.name, "megatron");
-  cal.memory_band = {-0.5, 0.0, 10, "test: measured up to 2x the estimate"};
+  cal.memory_band = {-0.5, 0.0, 10, "test: measured up to 2x the estimate", {}};
   const ModelSpec m = load_model("llama-3.1-8b", data_dir());
   Plan p;
   p.model = m.name, p.hardware = hw.name, p.gpus = 8, p.seq_len = 8192;

@@ -19,6 +19,7 @@
 #include "calibrate/validate.h"
 #include "common/data_dir.h"
 #include "common/json_file.h"
+#include "common/user_error.h"
 #include "estimator/estimate.h"
 #include "estimator/time_model.h"
 
@@ -214,12 +215,49 @@ TEST_F(Fixture, TheTimeBandIsInStepTimeAndWidensTheWayThePredictionsErr) {
 
   const MeasuredCase& c = one[0];
   Calibration cal = calibration_for(profile, c.hw.name, c.meas.plan.implementation);
-  cal.time_band = {-0.4, -0.1, 10, "test: steps predicted 10-40% short"};
+  cal.time_band = {-0.4, -0.1, 10, "test: steps predicted 10-40% short", {}};
   const Estimate e = estimate(c.model, c.meas.plan, c.hw, cal);
   EXPECT_NEAR(e.step_seconds_band.low, e.time.step_seconds / 0.9, 1e-9 * e.time.step_seconds);
   EXPECT_NEAR(e.step_seconds_band.high, e.time.step_seconds / 0.6, 1e-9 * e.time.step_seconds);
   EXPECT_NEAR(e.tflops_band.low, e.time.tflops_per_gpu * 0.6, 1e-9 * e.time.tflops_per_gpu);
   EXPECT_NEAR(e.tflops_band.high, e.time.tflops_per_gpu * 0.9, 1e-9 * e.time.tflops_per_gpu);
+}
+
+// The time band measures a new model on a framework the fit knew. Left out, the article's Qwen3.5 (the one model on
+// bumblebee) takes bumblebee's coefficients with it, which measures a new framework: its rows are reported as a group
+// but not banded. The band is the 10th-90th percentile of the Megatron-LM layer rows' left-out residuals alone.
+TEST_F(Fixture, TheTimeBandLeavesOutAModelAloneOnItsFramework) {
+  std::vector<MeasuredCase> all = cases("megatron-moe-layer-perf-h100-runs.json");
+  const std::vector<MeasuredCase> article = cases("bumblebee-runs.json");
+  all.insert(all.end(), article.begin(), article.end());
+  ValidateOptions opt;
+  opt.source = "test";
+  const ValidationReport r = validate_profile(all, {}, profile, priors, opt);
+  ASSERT_TRUE(r.refitted);
+  std::vector<double> megatron;
+  int bumblebee = 0;
+  for (const ValidationRow& row : r.rows) {
+    if (!row.fitted || row.quantity == Quantity::PeakBytes) continue;
+    if (row.implementation == "bumblebee") ++bumblebee;
+    else megatron.push_back(row.lomo_error());
+  }
+  ASSERT_EQ(megatron.size(), 12u);
+  ASSERT_GT(bumblebee, 0);
+  EXPECT_EQ(r.time_band.points, 12);
+  EXPECT_EQ(r.time_band.frameworks, std::vector<std::string>{"megatron"});
+  EXPECT_NE(r.time_band.source.find("whose framework other models also ran"), std::string::npos) << r.time_band.source;
+  std::sort(megatron.begin(), megatron.end());
+  auto at = [&](double q) {  // linear interpolation between order statistics, as validate's quantile
+    const double pos = q * (megatron.size() - 1);
+    const size_t i = size_t(pos);
+    return megatron[i] + (pos - i) * (megatron[i + 1] - megatron[i]);
+  };
+  EXPECT_NEAR(r.time_band.low, at(0.1), 1e-12);
+  EXPECT_NEAR(r.time_band.high, at(0.9), 1e-12);
+  // Still reported: the group of the model left out with its framework.
+  bool reported = false;
+  for (const GroupError& g : r.by_model) reported |= g.group == "model qwen3.5-35b-a3b" && std::isfinite(g.out_of_sample);
+  EXPECT_TRUE(reported);
 }
 
 // The corpus is every file the shipped profile is fitted to: a file fitted but not validated would leave its rows out
@@ -255,6 +293,20 @@ TEST_F(Fixture, FittedRowsHoldTheirLimits) {
     }
   EXPECT_NEAR(profile.time_band.low, r.time_band.low, 1e-6);
   EXPECT_NEAR(profile.time_band.high, r.time_band.high, 1e-6);
+  EXPECT_EQ(profile.time_band.frameworks, r.time_band.frameworks);
+}
+
+// A band names the frameworks whose rows it holds and reads them back; a profile with a malformed list is refused, and
+// a band that names none (an older profile) covers every framework.
+TEST_F(Fixture, ABandNamesTheFrameworksItMeasured) {
+  ASSERT_EQ(profile.time_band.frameworks, std::vector<std::string>{"megatron"});
+  EXPECT_TRUE(profile.time_band.covers("megatron"));
+  EXPECT_FALSE(profile.time_band.covers("bumblebee"));
+  EXPECT_TRUE(ErrorBand{}.covers("bumblebee"));
+  nlohmann::json j = calibration_to_json(profile);
+  EXPECT_EQ(calibration_from_json(j, "copy").time_band.frameworks, profile.time_band.frameworks);
+  j["validation"]["time"]["frameworks"] = "megatron";
+  EXPECT_THROW(calibration_from_json(j, "copy"), UserError);
 }
 
 // Every visible row, the long-context rows included: answered, and each group (model,
