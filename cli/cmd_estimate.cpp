@@ -6,7 +6,6 @@
 #include "cli/batch_flags.h"
 #include "cli/plan_flags.h"
 #include "estimator/estimate.h"
-#include "estimator/frameworks.h"
 #include "estimator/packing.h"
 #include "estimator/plan_rules.h"
 #include "common/json_file.h"
@@ -63,9 +62,7 @@ void register_estimate(CLI::App& app, int& exit_code) {
         table += "\n" + batch_estimate_table(b, plan.batches->lengths, plan.batches->packing);
       }
       // The error band measures a new model on a framework the fit knew; one no fitted row ran keeps its priors.
-      if (in.profile.time_band.points > 0 && !in.profile.time_band.covers(calibration_key(plan.implementation)))
-        table += "note: the error band measures new models on " + join(in.profile.time_band.frameworks) + ", not on " +
-                 plan.implementation + ", whose framework coefficients no fitted run of another model checked\n";
+      table += band_note(in, plan.implementation);
       // A new user's first plan often does not fit: name the command that finds one that does.
       if (!e.fits_at_estimate)
         table += "hint: lcplan search with the same --model, --gpus, --hardware and --seq (or --seq-lengths) lists the "

@@ -64,7 +64,7 @@ void search_over_batches(SearchArgs& a, const LengthDistribution& dist) {
     std::printf("%s\n", batch_search_json(r, &run.recipe).dump(2).c_str());
   } else {
     std::fputs((run_header(s.base, s.in.model.name, s.in.hardware.name, s.global_batch_defaulted, false) +
-                batch_search_table(r, 8) + batch_recipe_text(run.recipe))
+                batch_search_table(r, 8) + batch_recipe_text(run.recipe) + band_note(s.in, s.base.implementation))
                    .c_str(),
                stdout);
     if (!r.top.empty()) {
@@ -122,7 +122,8 @@ void register_search(CLI::App& app, int& exit_code) {
     if (a->json) std::printf("%s\n", search_json(r, recipe).dump(2).c_str());
     else
       std::fputs((run_header(run.base, in.model.name, in.hardware.name, run.global_batch_defaulted, false) +
-                  search_table(r, recipe, a->explain_rejects, 8, run.options.objective))
+                  search_table(r, recipe, a->explain_rejects, 8, run.options.objective) +
+                  band_note(in, run.base.implementation))
                      .c_str(),
                  stdout);
     if (a->emit == "megatron") print_megatron_flags(best.plan, in.model);

@@ -7,6 +7,7 @@
 #include "common/data_dir.h"
 #include "common/json_file.h"
 #include "common/user_error.h"
+#include "estimator/frameworks.h"
 #include "estimator/hardware.h"
 #include "search/megatron_flags.h"
 
@@ -182,6 +183,16 @@ Inputs load_inputs(Plan& plan, const std::string& calibration_override, const st
   Inputs in = load_plan_inputs(plan, data_dir(), c);
   check_plan_inputs(in, plan, /*rules=*/false);  // estimate checks the rules itself; a search's plan is not chosen yet
   return in;
+}
+
+// The error band measures a new model on a framework the fit knew (validation.time.frameworks).
+std::string band_note(const Inputs& in, const std::string& implementation) {
+  const ErrorBand& b = in.profile.time_band;
+  if (b.points == 0 || b.covers(calibration_key(implementation))) return "";
+  std::string names;
+  for (const std::string& f : b.frameworks) names += (names.empty() ? "" : ", ") + f;
+  return "note: the error band measures new models on " + names + ", not on " + implementation +
+         ", whose framework coefficients no fitted run of another model checked\n";
 }
 
 }  // namespace lcplan::cli

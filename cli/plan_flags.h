@@ -54,6 +54,8 @@ Plan apply_plan_flags(Plan p, const PlanFlags& f, bool allow_lists);
 using Inputs = PlanInputs;
 Inputs load_inputs(Plan& plan, const std::string& calibration_override, const std::optional<ModelSpec>& model = {},
                    bool search = false);
+// The line an estimate or search prints when the profile's time band does not cover the plan's framework ("" if it does).
+std::string band_note(const Inputs& in, const std::string& implementation);
 
 // What a command starts from: plan_from_flags, or a Megatron-LM launch (--megatron-args / --megatron-args-file)
 // read for its model (--model, else the launch's shape flags) and GPU count (--gpus, else WORLD_SIZE or

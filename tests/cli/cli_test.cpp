@@ -452,7 +452,8 @@ TEST(GoodInvocation, EstimateOfAPlanThatDoesNotFitPointsToSearch) {
 }
 
 // The error band measures a new model on a framework whose other models the fit saw (data/calibration/default.json
-// validation.time.frameworks): an lcplan-exec plan on H100 says the band is not its own; a Megatron plan does not.
+// validation.time.frameworks): an lcplan-exec plan on H100 and a bumblebee search say the band is not their own; a
+// Megatron plan does not.
 TEST(GoodInvocation, EstimateSaysWhenItsFrameworkIsNotInTheFit) {
   const std::vector<std::string> plan = {"estimate", "--model", "qwen3-30b-a3b", "--gpus", "8", "--seq", "4k", "--ep", "8"};
   std::vector<std::string> exec = plan;
@@ -464,6 +465,12 @@ TEST(GoodInvocation, EstimateSaysWhenItsFrameworkIsNotInTheFit) {
   const Outcome inside = run_lcplan(plan);
   ASSERT_EQ(inside.status, 0) << inside.err;
   EXPECT_EQ(inside.out.find("note: the error band"), std::string::npos) << inside.out;
+  // A search of the article's framework says the same under its table.
+  const Outcome search = run_lcplan({"search", "--model", "qwen3-30b-a3b", "--gpus", "8", "--seq", "4k",
+                                     "--implementation", "bumblebee"});
+  ASSERT_EQ(search.status, 0) << search.err;
+  EXPECT_NE(search.out.find("note: the error band measures new models on megatron, not on bumblebee"), std::string::npos)
+      << search.out;
 }
 
 // A run-setting flag given to lcplan beats the launch it starts from and is not a default any more: selective recompute
