@@ -38,8 +38,8 @@ Tried try_plan(const ModelSpec& m, const Plan& p, const Hardware& hw, const Cali
   t.c.estimate = estimate(m, p, hw, cal);
   t.fits = t.c.estimate.peak_bytes_band.high <= hw.hbm_bytes - opt.headroom_bytes;
   if (!t.fits)
-    t.why = fmt("peak %.1f GiB (%.1f GiB at the top of its error band) exceeds %.1f GiB usable",
-                t.c.estimate.memory.peak_bytes / (1 << 30), t.c.estimate.peak_bytes_band.high / (1 << 30),
+    t.why = fmt("the top of its peak's error band, %.1f GiB (peak %.1f GiB), exceeds %.1f GiB usable",
+                t.c.estimate.peak_bytes_band.high / (1 << 30), t.c.estimate.memory.peak_bytes / (1 << 30),
                 (hw.hbm_bytes - opt.headroom_bytes) / (1 << 30));
   return t;
 }
