@@ -100,7 +100,7 @@ print("article and long rows: " + ", ".join(rows))
 peaks = ["%s %+.1f%%" % (x["id"], 100 * (x["predicted"] / x["measured"] - 1)) for x in v["rows"]
          if x["quantity"] == "peak_bytes" and x["id"].startswith("tuning")]
 print("article peaks: " + ", ".join(peaks))
-fitted = lambda c: {k: round(x["value"], 3) for k, x in c.items() if x.get("provenance", "").startswith("fitted")}
+fitted = lambda c: {k: float("%.3g" % x["value"]) for k, x in c.items() if x.get("provenance", "").startswith("fitted")}
 print("fitted: %s" % fitted(prof["coefficients"]))
 for kind in ("per_implementation", "per_hardware"):
     for name, c in prof.get(kind, {}).items():
