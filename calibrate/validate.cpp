@@ -95,12 +95,15 @@ void predict_left_out(const std::vector<MeasuredCase>& cases, const Calibration&
   }
 }
 
-// The models each framework's fitted time rows ran (by calibration key: megatron-bridge is megatron).
-std::map<std::string, std::set<std::string>> models_per_framework(const std::vector<ValidationRow>& rows) {
-  std::map<std::string, std::set<std::string>> by;
+// The frameworks (calibration keys: megatron-bridge is megatron) whose fitted time rows ran more than one model, sorted.
+std::vector<std::string> frameworks_of_several_models(const std::vector<ValidationRow>& rows) {
+  std::map<std::string, std::set<std::string>> models;
   for (const ValidationRow& r : rows)
-    if (r.fitted && r.quantity != Quantity::PeakBytes) by[calibration_key(r.implementation)].insert(r.model);
-  return by;
+    if (r.fitted && r.quantity != Quantity::PeakBytes) models[calibration_key(r.implementation)].insert(r.model);
+  std::vector<std::string> out;
+  for (const auto& [framework, names] : models)
+    if (names.size() > 1) out.push_back(framework);
+  return out;
 }
 
 // A model named by its config file reads as the file's stem (models/x.json -> x), as a zoo model reads by its name.
@@ -190,7 +193,7 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
   std::vector<double> t_in, t_lomo, t_loho, t_lobo, m_in;
   std::vector<Quantity> t_quantity;
   std::vector<bool> t_known_framework;
-  const std::map<std::string, std::set<std::string>> models_by_framework = models_per_framework(rep.rows);
+  const std::vector<std::string> known = frameworks_of_several_models(rep.rows);
   for (const ValidationRow& r : rep.rows) {
     if (!r.fitted) continue;
     if (r.quantity == Quantity::PeakBytes) {
@@ -201,7 +204,7 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
       t_lomo.push_back(r.lomo_error());
       t_loho.push_back(r.loho_error());
       t_lobo.push_back(r.lobo_error());
-      t_known_framework.push_back(models_by_framework.at(calibration_key(r.implementation)).size() > 1);
+      t_known_framework.push_back(std::binary_search(known.begin(), known.end(), calibration_key(r.implementation)));
     }
   }
   rep.time_rows = int(t_in.size());
@@ -218,7 +221,7 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
   // step time: a TFLOP/s residual r is a step-time residual 1 / (1 + r) - 1 (the same FLOPs). A new model on a
   // framework the fit knows: a model alone on its framework, left out, takes the framework's coefficients with it,
   // which measures a new framework instead (an estimate says when its framework is not in the fit).
-  const bool any_known = std::find(t_known_framework.begin(), t_known_framework.end(), true) != t_known_framework.end();
+  const bool any_known = !known.empty();
   std::vector<double> time_res;
   for (size_t k = 0; k < t_in.size(); ++k) {
     if (rep.refitted && any_known && !t_known_framework[k]) continue;
@@ -230,9 +233,7 @@ ValidationReport validate_profile(const std::vector<MeasuredCase>& cases, const 
                                 : "leave-one-model-out residuals of ";
   rep.time_band = {quantile(time_res, 0.1), quantile(time_res, 0.9), int(time_res.size()),
                    rep.refitted ? which + opt.source : "in-sample residuals of " + opt.source, {}};
-  if (rep.refitted && any_known)
-    for (const auto& [framework, models] : models_by_framework)
-      if (models.size() > 1) rep.time_band.frameworks.push_back(framework);
+  if (rep.refitted && any_known) rep.time_band.frameworks = known;
   rep.memory_band = {quantile(m_in, 0.1), quantile(m_in, 0.9), int(m_in.size()), "in-sample residuals of " + opt.source, {}};
   return rep;
 }

@@ -8,16 +8,12 @@
 #include "estimator/estimate.h"
 #include "estimator/packing.h"
 #include "estimator/plan_rules.h"
+#include "search/megatron_flags.h"
 #include "common/json_file.h"
 
 namespace lcplan::cli {
 
 namespace {
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
 
 struct EstimateArgs {
   PlanFlags plan;
@@ -53,7 +49,8 @@ void register_estimate(CLI::App& app, int& exit_code) {
       // Under the run header, one line naming the run settings the plan left to its implementation and their values.
       std::string table = estimate_table(e, shown, in.model, in.hardware);
       if (!in.assumed.empty())
-        table.insert(table.find('\n') + 1, "defaults assumed (" + plan.implementation + "): " + join(in.assumed) + "\n");
+        table.insert(table.find('\n') + 1,
+                     "defaults assumed (" + plan.implementation + "): " + join_words(in.assumed, ", ") + "\n");
       if (batches) {
         const BatchEstimate& b = batches->batches;
         table.insert(table.find('\n') + 1, "the tables below: every microbatch like the fullest one drawn (" +

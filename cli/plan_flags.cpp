@@ -189,9 +189,7 @@ Inputs load_inputs(Plan& plan, const std::string& calibration_override, const st
 std::string band_note(const Inputs& in, const std::string& implementation) {
   const ErrorBand& b = in.profile.time_band;
   if (b.points == 0 || b.covers(calibration_key(implementation))) return "";
-  std::string names;
-  for (const std::string& f : b.frameworks) names += (names.empty() ? "" : ", ") + f;
-  return "note: the error band measures new models on " + names + ", not on " + implementation +
+  return "note: the error band measures new models on " + join_words(b.frameworks, ", ") + ", not on " + implementation +
          ", whose framework coefficients no fitted run of another model checked\n";
 }
 
